@@ -1,0 +1,42 @@
+# Two entry points: `make course` opens the course, `make test` runs every test.
+# Each creates .venv/ and installs what it needs on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The torch build used for development and CI; the package itself accepts a range.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: course test test-fast browser-deps gpu-check clean
+
+$(VENV)/.installed-course: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[course,measure]"
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed-course
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+course: $(VENV)/.installed-course
+	$(VENV)/bin/jupyter lab notebooks/
+
+# Debian's Chromium for the browser tests (browser downloads are not used).
+browser-deps:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  else echo "Install Chromium (e.g. 'sudo apt-get install chromium') for the browser tests."; fi; \
+	fi
+
+test: $(VENV)/.installed-dev browser-deps
+	MPLBACKEND=Agg $(PY) -m pytest
+
+test-fast: $(VENV)/.installed-dev
+	MPLBACKEND=Agg $(PY) -m pytest -m "not slow and not browser and not notebooks"
+
+gpu-check: $(VENV)/.installed-dev
+	$(PY) scripts/gpu_check.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

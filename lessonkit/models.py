@@ -1,0 +1,276 @@
+"""Describing a decoder-only transformer: ModelSpec, presets and Hugging Face configs."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import LessonkitError, normalise_name, unknown_name_message
+from .units import parse_count
+
+FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gemma2", "gpt2")
+# Linear layers per family, in the names peft uses for ``target_modules``.
+LINEAR_MODULES = {
+    "gpt2": ("c_attn", "c_proj", "c_fc"),
+    "default": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The shape of a decoder-only transformer, enough to count its memory."""
+
+    name: str
+    family: str
+    n_layers: int
+    hidden_size: int
+    n_heads: int
+    n_kv_heads: int
+    intermediate_size: int
+    vocab_size: int
+    head_dim: int | None = None
+    tie_embeddings: bool = False
+    gated_mlp: bool = True
+    norm: str = "rmsnorm"  # or "layernorm" (weight and bias)
+    attention_bias: str = "none"  # "none", "qkv" (Qwen2) or "all" (GPT-2)
+    mlp_bias: bool = False
+    max_positions: int = 0  # learned position embeddings (GPT-2); 0 for rotary models
+    hidden_act: str = "silu"
+    note: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise LessonkitError(
+                f"Unknown model family {self.family!r}; supported: {', '.join(FAMILIES)}."
+            )
+        for name in ("n_layers", "hidden_size", "n_heads", "n_kv_heads",
+                     "intermediate_size", "vocab_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise LessonkitError(f"ModelSpec.{name} must be a whole number >= 1, got {value!r}.")
+        if self.n_heads % self.n_kv_heads:
+            raise LessonkitError(
+                f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})."
+            )
+        if self.head_dim is None:
+            if self.hidden_size % self.n_heads:
+                raise LessonkitError("hidden_size must be divisible by n_heads when head_dim is not given.")
+            object.__setattr__(self, "head_dim", self.hidden_size // self.n_heads)
+
+    # ----- parameter counts -------------------------------------------------------------
+    @property
+    def q_size(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in_features, out_features) of each linear layer in one block, by peft name."""
+        h, i = self.hidden_size, self.intermediate_size
+        if self.family == "gpt2":
+            # GPT-2's "c_proj" names both the attention output and the MLP output.
+            return {"c_attn": (h, 3 * h), "attn.c_proj": (h, h), "c_fc": (h, i), "mlp.c_proj": (i, h)}
+        shapes = {"q_proj": (h, self.q_size), "k_proj": (h, self.kv_size),
+                  "v_proj": (h, self.kv_size), "o_proj": (self.q_size, h)}
+        if self.gated_mlp:
+            shapes.update(gate_proj=(h, i), up_proj=(h, i), down_proj=(i, h))
+        else:
+            shapes.update(up_proj=(h, i), down_proj=(i, h))
+        return shapes
+
+    def _bias_params_per_layer(self) -> int:
+        h = self.hidden_size
+        attn = {"none": 0, "qkv": self.q_size + 2 * self.kv_size,
+                "all": self.q_size + 2 * self.kv_size + h}[self.attention_bias]
+        mlp = (self.intermediate_size + h) if self.mlp_bias else 0
+        return attn + mlp
+
+    @property
+    def norms_per_layer(self) -> int:
+        return 4 if self.family == "gemma2" else 2
+
+    @property
+    def norm_params(self) -> int:
+        """Parameters of all norm layers (per layer and the final one)."""
+        per_norm = self.hidden_size * (2 if self.norm == "layernorm" else 1)
+        return per_norm * (self.n_layers * self.norms_per_layer + 1)
+
+    @property
+    def linear_params(self) -> int:
+        """Weights of the blocks' linear layers (what LoRA targets and QLoRA quantizes)."""
+        return self.n_layers * sum(a * b for a, b in self.linear_shapes().values())
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size + self.max_positions * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        return 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def n_params(self) -> int:
+        """Total parameters, as ``sum(p.numel() for p in model.parameters())`` counts them."""
+        return (self.embedding_params + self.lm_head_params + self.linear_params
+                + self.n_layers * self._bias_params_per_layer() + self.norm_params)
+
+    def lora_shapes(self, targets: tuple[str, ...] | str) -> list[tuple[int, int]]:
+        """Per-layer (in, out) of the linear layers that LoRA ``targets`` select."""
+        shapes = self.linear_shapes()
+        if targets == "all-linear":
+            return list(shapes.values())
+        if isinstance(targets, str):
+            targets = (targets,)
+        allowed = LINEAR_MODULES["gpt2" if self.family == "gpt2" else "default"]
+        if not self.gated_mlp and self.family != "gpt2":
+            allowed = tuple(a for a in allowed if a != "gate_proj")
+        chosen = []
+        for target in targets:
+            if target not in allowed:
+                raise LessonkitError(unknown_name_message(target, allowed + ("all-linear",),
+                                                          f"LoRA target for {self.family}"))
+            chosen += [s for key, s in shapes.items() if key.split(".")[-1] == target]
+        return chosen
+
+    def lora_params(self, rank: int, targets: tuple[str, ...] | str) -> int:
+        """Trainable parameters of LoRA adapters: rank x (in + out) per targeted layer."""
+        return self.n_layers * sum(rank * (a + b) for a, b in self.lora_shapes(targets))
+
+    # ----- conversions --------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("extra")
+        return data
+
+    @classmethod
+    def from_hf_config(cls, config: str | Path | Mapping[str, Any], name: str | None = None) -> "ModelSpec":
+        """Read a Hugging Face ``config.json`` (a path or a dict); no network is used."""
+        from .hf import spec_from_hf_dict
+
+        if isinstance(config, (str, Path)):
+            path = Path(config)
+            if path.is_dir():
+                path = path / "config.json"
+            try:
+                data = json.loads(path.read_text())
+            except FileNotFoundError:
+                raise LessonkitError(f"No config.json at {str(path)!r}.") from None
+            except json.JSONDecodeError as err:
+                raise LessonkitError(f"{str(path)!r} is not valid JSON: {err}.") from None
+            name = name or path.parent.name or "model"
+        elif isinstance(config, Mapping):
+            data = dict(config)
+        elif hasattr(config, "to_dict"):
+            data = config.to_dict()
+        else:
+            raise LessonkitError(f"from_hf_config takes a path or a dict, got {type(config).__name__}.")
+        return spec_from_hf_dict(data, name=name)
+
+    def to_hf_config(self) -> Any:
+        """A transformers config object that builds this model (imports transformers)."""
+        from .hf import hf_config_from_spec
+
+        return hf_config_from_spec(self)
+
+
+# ----- presets and sizes ------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def _preset_data() -> dict[str, dict[str, Any]]:
+    text = resources.files("lessonkit").joinpath("data/models.json").read_text()
+    return {entry["name"]: entry for entry in json.loads(text)["models"]}
+
+
+def preset_names() -> list[str]:
+    """Names of the model presets shipped with lessonkit."""
+    return list(_preset_data())
+
+
+@lru_cache(maxsize=None)
+def get_preset(name: str) -> ModelSpec:
+    """A preset by name, forgiving case and separators ('Llama-2-7B', 'llama2 7b')."""
+    by_key = {}
+    for key, entry in _preset_data().items():
+        for alias in [key, *entry.get("aliases", [])]:
+            by_key[normalise_name(alias)] = key
+    key = by_key.get(normalise_name(name))
+    if key is None:
+        raise LessonkitError(unknown_name_message(name, preset_names(), "model"))
+    entry = _preset_data()[key]
+    return ModelSpec(name=key, note=f"{entry['source']} (as of {entry['as_of']})", **entry["shape"])
+
+
+def spec_for_size(n_params: float) -> ModelSpec:
+    """A representative Llama-style shape for a bare parameter count, saying which one it is."""
+    if not math.isfinite(n_params) or n_params < 1e6:
+        raise LessonkitError(f"A model size must be at least 1M parameters, got {n_params:g}.")
+    if n_params > 2e12:
+        raise LessonkitError(f"A model size must be at most 2T parameters, got {n_params:g}.")
+    size = _format_count(n_params)
+    for name in _preset_data():
+        entry = _preset_data()[name]
+        if entry.get("represents_size"):
+            spec = get_preset(name)
+            if abs(spec.n_params - n_params) <= 0.15 * n_params:
+                return replace(spec, name=f"{size} ({name} shape)",
+                               note=f"A bare size of {size} is shown as {name} "
+                                    f"({spec.n_params / 1e9:.2f}B parameters).")
+    return _synthetic_llama(n_params, size)
+
+
+def _synthetic_llama(n_params: float, size: str) -> ModelSpec:
+    vocab = 32000
+    # Llama-like proportions: 128 hidden units per layer, MLP 8/3 of hidden, untied head.
+    hidden = 256
+    while True:
+        layers = max(1, round(hidden / 128))
+        if 12 * layers * hidden**2 + 2 * vocab * hidden >= n_params or hidden > 32768:
+            break
+        hidden += 256
+    heads = max(1, hidden // 128)
+    inter = int(math.ceil(hidden * 8 / 3 / 256) * 256)
+    per_layer = 4 * hidden * hidden + 3 * hidden * inter + 2 * hidden
+    layers = max(1, round((n_params - 2 * vocab * hidden - hidden) / per_layer))
+    spec = ModelSpec(name=f"{size} (Llama-style shape)", family="llama", n_layers=layers,
+                     hidden_size=hidden, n_heads=heads, n_kv_heads=heads,
+                     intermediate_size=inter, vocab_size=vocab)
+    return replace(spec, note=f"A bare size of {size} is shown as a Llama-style shape: "
+                              f"{layers} layers of width {hidden} "
+                              f"({spec.n_params / 1e9:.2f}B parameters).")
+
+
+def _format_count(n: float) -> str:
+    return f"{n / 1e9:g}B" if n >= 1e9 else f"{n / 1e6:g}M"
+
+
+def resolve_model(model: object) -> ModelSpec:
+    """Turn a ModelSpec, preset name, size ('7B', 7e9) or HF config dict into a ModelSpec."""
+    if isinstance(model, ModelSpec):
+        return model
+    if isinstance(model, Mapping):
+        return ModelSpec.from_hf_config(model)
+    if isinstance(model, Path):
+        return ModelSpec.from_hf_config(model)
+    if isinstance(model, (int, float)) and not isinstance(model, bool):
+        return spec_for_size(float(model))
+    if isinstance(model, str):
+        try:
+            return get_preset(model)
+        except LessonkitError as unknown:
+            try:
+                return spec_for_size(parse_count(model))
+            except LessonkitError:
+                if model.endswith(".json") or Path(model).is_dir():
+                    return ModelSpec.from_hf_config(model)
+                raise unknown from None
+    raise LessonkitError(
+        f"A model is a preset name (e.g. 'llama-2-7b'), a size ('7B' or 7e9), a ModelSpec or a "
+        f"config dict; got {type(model).__name__} {model!r}."
+    )

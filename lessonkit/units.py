@@ -1,0 +1,57 @@
+"""Byte formatting and forgiving parsing of sizes such as "16 GB", "7B" or 16e9."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import LessonkitError
+
+GB = 10**9
+GiB = 2**30
+MiB = 2**20
+
+_BYTE_UNITS = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_COUNT_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
+
+
+def format_bytes(n: float, unit: str = "GB", digits: int = 1) -> str:
+    """Format bytes as e.g. '14.0 GB' (decimal) or '13.0 GiB' (binary)."""
+    scale = _BYTE_UNITS[unit.lower()]
+    return f"{n / scale:,.{digits}f} {unit}"
+
+
+def parse_bytes(value: object, *, default_unit: str = "GB") -> float:
+    """Parse '16 GB', '15.5GiB', '16e9' or a bare number (taken in ``default_unit``)."""
+    if isinstance(value, bool):
+        raise LessonkitError(f"Expected a size such as '16 GB', got {value!r}.")
+    if isinstance(value, (int, float)):
+        number, unit = float(value), default_unit
+    elif isinstance(value, str):
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", value)
+        if not match:
+            raise LessonkitError(f"Expected a size such as '16 GB', got {value!r}.")
+        number, unit = float(match.group(1)), match.group(2) or default_unit
+    else:
+        raise LessonkitError(f"Expected a size such as '16 GB', got {value!r}.")
+    if unit.lower() not in _BYTE_UNITS:
+        raise LessonkitError(
+            f"Unknown unit {unit!r} in {value!r}; use one of B, KB, MB, GB, TB, KiB, MiB, GiB, TiB."
+        )
+    return number * _BYTE_UNITS[unit.lower()]
+
+
+def parse_count(value: object) -> float:
+    """Parse a parameter count: 7e9, '7B', '7b', '1.5B', '500M', '7 billion'."""
+    if isinstance(value, bool):
+        raise LessonkitError(f"Expected a parameter count such as '7B' or 7e9, got {value!r}.")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().lower().replace("billion", "b").replace("million", "m")
+        match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbt]?)", text)
+        if match:
+            return float(match.group(1)) * _COUNT_SUFFIXES[match.group(2)]
+    raise LessonkitError(f"Expected a parameter count such as '7B' or 7e9, got {value!r}.")
