@@ -1,0 +1,68 @@
+"""Packaging promises: a cheap import, environment.yml agreeing with pyproject, CI = README."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "transformers", "matplotlib", "peft", "ipywidgets")
+
+
+def test_import_is_light():
+    code = ("import sys, time; t = time.perf_counter(); import lessonkit; "
+            "print(time.perf_counter() - t); print(','.join(m for m in %r if m in sys.modules))" % (HEAVY,))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    seconds, loaded = out.stdout.splitlines()[0], out.stdout.splitlines()[1:]
+    assert loaded in ([], [""]), f"import lessonkit pulled in {loaded}"
+    assert float(seconds) < 0.2
+
+
+def test_public_names_resolve_lazily():
+    import lessonkit
+
+    for name in lessonkit.__all__:
+        assert getattr(lessonkit, name) is not None
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_environment_yml_agrees_with_pyproject():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    project = _pyproject()["project"]
+    assert "conda-forge" in env["channels"]
+    deps = env["dependencies"]
+    python = next(d for d in deps if isinstance(d, str) and d.startswith("python"))
+    assert python.replace("python", "") == project["requires-python"]
+    pip_lines = next(d["pip"] for d in deps if isinstance(d, dict))
+    # Python packages come from pyproject alone: environment.yml installs the project itself.
+    conda_packages = {re.split(r"[<>=]", d)[0] for d in deps if isinstance(d, str)}
+    assert conda_packages == {"python", "pip"}
+    extras = set(project["optional-dependencies"])
+    for line in pip_lines:
+        match = re.fullmatch(r"-e \.\[([a-z,]+)\]", line)
+        assert match, f"unexpected pip line {line!r}"
+        assert set(match.group(1).split(",")) <= extras
+
+
+def test_torch_is_a_range_in_the_package_and_pinned_for_development():
+    measure = _pyproject()["project"]["optional-dependencies"]["measure"]
+    torch_req = next(r for r in measure if r.startswith("torch"))
+    assert "==" not in torch_req and ">=" in torch_req
+    assert "TORCH_SPEC ?= torch==" in (ROOT / "Makefile").read_text()
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    setup = re.search(r"```bash\n(.*?)```", readme, re.S).group(1)
+    commands = [line.split("#")[0].strip() for line in setup.splitlines() if line.strip()]
+    assert len(commands) == 2, commands
+    test_command = commands[1]
+    assert test_command in (ROOT / ".ci" / "run").read_text()
