@@ -1,0 +1,422 @@
+"""measure(): the memory of one real PyTorch training step, the ground truth for estimate().
+
+On CPU (the default) the step runs under FakeTensorMode: every operator of a real transformers
+model runs on tensors that have shapes, dtypes and storages but no data, so nothing is
+allocated and a 7B-shaped step takes seconds. A small dispatch mode (memtrack.py) follows every
+storage. On a CUDA device the step runs for real and the CUDA allocator's figures are added.
+
+The step: one untracked optimizer step on zero gradients (so the optimizer states exist, the
+steady state), ``zero_grad(set_to_none=True)``, then the tracked step: ``gradient_accumulation``
+x (forward with loss, backward), then ``optimizer.step()``. Categories at the peak:
+
+- weights: parameters and buffers (for QLoRA the packed 4-bit weights and their constants);
+- gradients: the ``.grad`` of trainable parameters;
+- optimizer: optimizer states, including fp32 master weights where the precision keeps them;
+- logits: tensors shaped [..., vocab]: the logits, their fp32 copy, log-softmax, their gradients;
+- temporaries: compute-dtype copies of weights (autocast's 16-bit copies, dequantized QLoRA
+  weights) and anything else created inside ``optimizer.step()``;
+- activations: everything else created during forward and backward (saved tensors, inputs);
+- cuda_context, allocator_margin: 0 on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass, replace
+from typing import Any, Iterator
+
+from .errors import LessonkitError, choose, positive_int
+from .models import ModelSpec, resolve_model
+from .options import ATTENTION, LORA_DTYPES, METHODS, OPTIMIZERS, PRECISIONS, ZERO_STAGES
+from .report import MemoryReport
+
+PHASES = ("forward", "backward", "optimizer")
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Settings:
+    method: str
+    precision: str
+    optimizer: str
+    batch_size: int
+    seq_len: int
+    gradient_checkpointing: bool
+    lora_rank: int
+    lora_targets: tuple[str, ...] | str
+    n_gpus: int
+    zero_stage: int
+    attention: str
+    offload_optimizer: bool
+    double_quant: bool
+    lora_dtype: str
+    gradient_accumulation: int
+    device: str
+
+    def as_dict(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data["lora_targets"] = (self.lora_targets if isinstance(self.lora_targets, str)
+                                else list(self.lora_targets))
+        return data
+
+
+def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
+            optimizer: str = "adamw", batch_size: int = 1, seq_len: int = 512,
+            gradient_checkpointing: bool = False, lora_rank: int = 16,
+            lora_targets: tuple[str, ...] | str = ("q_proj", "v_proj"), n_gpus: int = 1,
+            zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
+            double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
+            device: str = "cpu") -> MemoryReport:
+    """Measure the peak memory per GPU of one training step of ``model`` (see the module doc).
+
+    Takes the same keyword arguments as ``estimate``; ``device="cpu"`` measures under
+    FakeTensorMode (no memory is used), ``device="cuda"`` runs the step on the GPU.
+    """
+    spec = resolve_model(model)
+    settings = validate(spec, method=method, precision=precision, optimizer=optimizer,
+                        batch_size=batch_size, seq_len=seq_len,
+                        gradient_checkpointing=gradient_checkpointing, lora_rank=lora_rank,
+                        lora_targets=lora_targets, n_gpus=n_gpus, zero_stage=zero_stage,
+                        attention=attention, offload_optimizer=offload_optimizer,
+                        double_quant=double_quant, lora_dtype=lora_dtype,
+                        gradient_accumulation=gradient_accumulation, device=device)
+    _require_torch()
+    if settings.device == "cuda":
+        return measure_cuda(spec, settings)
+    if settings.n_gpus > 1 or settings.zero_stage > 0:
+        return measure_sharded(spec, settings)
+    return run_step(spec, settings, fake=True)
+
+
+def validate(spec: ModelSpec, **kw: Any) -> Settings:
+    """Check every argument; raise LessonkitError saying what is allowed."""
+    for flag in ("gradient_checkpointing", "offload_optimizer", "double_quant"):
+        if not isinstance(kw[flag], bool):
+            raise LessonkitError(f"{flag} must be True or False, got {kw[flag]!r}.")
+    zero_stage = kw["zero_stage"]
+    if isinstance(zero_stage, bool) or zero_stage not in ZERO_STAGES:
+        raise LessonkitError(f"zero_stage must be one of {ZERO_STAGES}, got {zero_stage!r}.")
+    targets = kw["lora_targets"]
+    if isinstance(targets, list):
+        targets = tuple(targets)
+    if not (isinstance(targets, str) or (isinstance(targets, tuple) and targets
+                                           and all(isinstance(t, str) for t in targets))):
+        raise LessonkitError(f"lora_targets must be a list of module names or 'all-linear', "
+                             f"got {targets!r}.")
+    settings = Settings(
+        method=choose(kw["method"], METHODS, "method"),
+        precision=choose(kw["precision"], PRECISIONS, "precision"),
+        optimizer=choose(kw["optimizer"], OPTIMIZERS, "optimizer"),
+        batch_size=positive_int(kw["batch_size"], "batch_size", maximum=4096),
+        seq_len=positive_int(kw["seq_len"], "seq_len",
+                             maximum=spec.max_positions or 1_048_576),
+        gradient_checkpointing=kw["gradient_checkpointing"],
+        lora_rank=positive_int(kw["lora_rank"], "lora_rank", maximum=65536),
+        lora_targets=targets, n_gpus=positive_int(kw["n_gpus"], "n_gpus", maximum=1024),
+        zero_stage=zero_stage, attention=choose(kw["attention"], ATTENTION, "attention"),
+        offload_optimizer=kw["offload_optimizer"], double_quant=kw["double_quant"],
+        lora_dtype=choose(kw["lora_dtype"], LORA_DTYPES, "lora_dtype"),
+        gradient_accumulation=positive_int(kw["gradient_accumulation"], "gradient_accumulation",
+                                           maximum=64),
+        device=choose(kw["device"], DEVICES, "device"),
+    )
+    if settings.method != "full":
+        spec.lora_shapes(settings.lora_targets)  # raises for a target the model does not have
+    if settings.offload_optimizer and settings.zero_stage == 0:
+        raise LessonkitError("offload_optimizer needs ZeRO (zero_stage 1, 2 or 3): plain "
+                             "data parallelism keeps the optimizer on the GPU.")
+    if settings.method == "qlora" and settings.n_gpus > 1 and settings.zero_stage > 0:
+        raise LessonkitError("measure cannot shard a QLoRA model across GPUs (its 4-bit "
+                             "weights are a CPU stand-in); use zero_stage=0 or one GPU.")
+    return settings
+
+
+def _require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        raise LessonkitError("measure needs torch and transformers: "
+                             "pip install 'lessonkit[measure]'.") from None
+
+
+# ----- building the model and the optimizer ------------------------------------------------
+def dtypes(settings: Settings) -> tuple[Any, Any]:
+    """(dtype of the weights, dtype of the computation) for a precision."""
+    import torch
+
+    return {
+        "fp32": (torch.float32, torch.float32),
+        "bf16-mixed": (torch.float32, torch.bfloat16),
+        "fp16-mixed": (torch.float32, torch.float16),
+        "bf16": (torch.bfloat16, torch.bfloat16),
+        "bf16-master": (torch.bfloat16, torch.bfloat16),
+    }[settings.precision]
+
+
+def build_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
+    """The transformers model (with LoRA / QLoRA stand-ins) on ``device`` ("meta" or real)."""
+    import torch
+    import transformers
+
+    weight_dtype, compute_dtype = dtypes(settings)
+    attn = "eager" if settings.attention == "eager" else "sdpa"
+    config = spec.to_hf_config()
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(
+            config, attn_implementation=attn, dtype=weight_dtype)
+    if settings.method != "full":
+        import peft
+
+        targets = settings.lora_targets
+        lora = peft.LoraConfig(r=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
+                               lora_dropout=0.0, task_type="CAUSAL_LM",
+                               target_modules=targets if isinstance(targets, str) else list(targets))
+        model = peft.get_peft_model(model, lora, autocast_adapter_dtype=True)
+        if settings.lora_dtype == "bf16":
+            for name, param in model.named_parameters():
+                if "lora_" in name:
+                    param.data = param.data.to(torch.bfloat16)
+        if settings.method == "qlora":
+            from .standins import quantize_linears
+
+            quantize_linears(model, compute_dtype, settings.double_quant)
+    model.train()
+    return model
+
+
+def finish_model(model: Any, spec: ModelSpec, settings: Settings) -> None:
+    """Re-tie embeddings and switch on gradient checkpointing after materialising."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if spec.tie_embeddings:
+        base.tie_weights()
+    if settings.gradient_checkpointing:
+        kwargs = {"use_reentrant": False}
+        with warnings.catch_warnings():  # the old name is deprecated in newer transformers
+            warnings.simplefilter("ignore", FutureWarning)
+            if hasattr(base, "activation_checkpointing_enable"):
+                base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            if settings.method != "full":
+                model.enable_input_require_grads()
+
+
+def make_optimizer(params: list, settings: Settings) -> Any:
+    """The optimizer a run with these settings uses (stand-ins where the real one is GPU-only)."""
+    import torch
+
+    lr = 1e-4
+    name = settings.optimizer
+
+    def adamw(ps: list) -> Any:
+        if name == "adamw-fused":
+            return torch.optim.AdamW(ps, lr=lr, fused=True)
+        return torch.optim.AdamW(ps, lr=lr, foreach=name != "adamw-forloop")
+
+    if name in ("adamw", "adamw-fused", "adamw-forloop"):
+        if settings.precision == "bf16-master":
+            from .standins import MasterWeightsAdamW
+
+            return MasterWeightsAdamW(params, adamw, lr=lr)
+        return adamw(params)
+    if name in ("adamw-8bit", "paged-adamw-8bit"):
+        if settings.device == "cuda":
+            with contextlib.suppress(ImportError):
+                import bitsandbytes as bnb
+
+                cls = bnb.optim.PagedAdamW8bit if name.startswith("paged") else bnb.optim.AdamW8bit
+                return cls(params, lr=lr)
+        from .standins import AdamW8bitStandIn
+
+        return AdamW8bitStandIn(params, lr=lr)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, foreach=True)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=True)
+    if name == "adafactor":
+        from transformers.optimization import Adafactor
+
+        return Adafactor(params, lr=lr, scale_parameter=False, relative_step=False,
+                         warmup_init=False)
+    from .standins import Lion
+
+    return Lion(params, lr=lr)
+
+
+def optimizer_tensors(optimizer: Any) -> list:
+    """Every tensor an optimizer keeps between steps."""
+    import torch
+
+    if hasattr(optimizer, "state_tensors"):
+        return optimizer.state_tensors()
+    out = [v for state in optimizer.state.values() for v in state.values()
+           if isinstance(v, torch.Tensor)]
+    return out + list(getattr(optimizer, "qmaps", {}).values())
+
+
+@contextlib.contextmanager
+def unpacked_sequences() -> Iterator[None]:
+    """transformers inspects position ids to detect packed sequences; fake tensors have no
+    values, and for an ordinary batch the answer is None."""
+    import transformers.masking_utils as masking
+
+    original = masking.find_packed_sequence_indices
+    masking.find_packed_sequence_indices = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        masking.find_packed_sequence_indices = original
+
+
+# ----- one tracked training step -------------------------------------------------------------
+def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
+             prepare: Any = None) -> MemoryReport:
+    """Build the model, warm the optimizer up, and track one training step.
+
+    ``fake=False`` allocates everything for real (for checking the fake run on small models);
+    ``prepare(model)`` may transform the model before the optimizer is made (sharding).
+    """
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from .memtrack import Tracker, tensor_bytes
+
+    _, compute_dtype = dtypes(settings)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(unpacked_sequences())
+        if fake:
+            model = build_model(spec, settings, "meta")
+            stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+            model.to_empty(device="cpu")
+        else:
+            torch.manual_seed(0)
+            model = build_model(spec, settings, "cpu")
+        finish_model(model, spec, settings)
+        if prepare is not None:
+            model = prepare(model)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = make_optimizer(params, settings)
+        for p in params:  # warm-up: one step on zero gradients creates the optimizer states
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        ids = torch.randint(0, spec.vocab_size, (settings.batch_size, settings.seq_len))
+        weights = list(model.parameters()) + list(model.buffers())
+        tracker = Tracker()
+        for t in weights:
+            tracker.add(t)
+        tracker.weight_keys = set(tracker.live)
+        for t in optimizer_tensors(optimizer):
+            tracker.add(t)
+        tracker.add(ids, phase="forward")
+        mixed = settings.precision.endswith("-mixed")
+        with tracker:
+            for _ in range(settings.gradient_accumulation):
+                tracker.set_phase("forward")
+                with torch.autocast("cpu", dtype=compute_dtype, enabled=mixed):
+                    loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+                if settings.gradient_accumulation > 1:
+                    loss = loss / settings.gradient_accumulation
+                tracker.set_phase("backward")
+                loss.backward()
+                del loss
+            tracker.set_phase("optimizer")
+            optimizer.step()
+            tracker.set_phase("end")
+
+        from .memtrack import storage_key
+
+        grads = [p.grad for p in params if p.grad is not None]
+        states = optimizer_tensors(optimizer)
+        groups = {"weights": {storage_key(t) for t in weights},
+                  "gradients": {storage_key(t) for t in grads},
+                  "optimizer": {storage_key(t) for t in states}}
+        occurrences, peak_event = tracker.peaks()
+        breakdown = tracker.composition(peak_event, groups, spec.vocab_size)
+        persistent = {
+            "parameter_bytes": tensor_bytes(model.parameters()),
+            "buffer_bytes": tensor_bytes(model.buffers()),
+            "trainable_parameters": sum(p.numel() for p in params),
+            "gradient_bytes": tensor_bytes(grads),
+            "optimizer_bytes": tensor_bytes(states),
+        }
+    phase_peaks = {}
+    for phase, level in occurrences:
+        if phase in PHASES:
+            phase_peaks[phase] = max(phase_peaks.get(phase, 0), level)
+    peak_phase = tracker.phases[tracker.events[peak_event][1]]
+    measured = dict(persistent)
+    if settings.gradient_accumulation > 1:
+        measured["micro_batch_forward_peaks"] = [lv for ph, lv in occurrences if ph == "forward"]
+    how = "under FakeTensorMode" if fake else "with real tensors"
+    return MemoryReport(
+        model=spec, settings=settings.as_dict() | {"measured": measured}, breakdown=breakdown,
+        peak_phase=peak_phase, phase_peaks=phase_peaks,
+        assumptions=assumptions(spec, settings, measured),
+        source=f"measured: one training step {how} on CPU (torch {torch.__version__})")
+
+
+def assumptions(spec: ModelSpec, settings: Settings, measured: dict[str, Any]) -> list[str]:
+    """What the measurement did, in words, for the report."""
+    s = settings
+    notes = ["Steady state: the optimizer states exist from a previous step; gradients are "
+             "set to None between steps (zero_grad(set_to_none=True))."]
+    notes.append({
+        "fp32": "fp32 weights, gradients and optimizer states.",
+        "bf16-mixed": "fp32 weights under bf16 autocast; autocast's bf16 weight copies are "
+                      "counted as temporaries.",
+        "fp16-mixed": "fp32 weights under fp16 autocast; autocast's fp16 weight copies are "
+                      "counted as temporaries (no loss scaler).",
+        "bf16": "Pure bf16: weights, gradients and optimizer states in bf16.",
+        "bf16-master": "bf16 weights and gradients; the optimizer keeps fp32 master weights "
+                       "and fp32 AdamW states and makes fp32 copies of the gradients at the step.",
+    }[s.precision])
+    notes.append({
+        "adamw": "torch.optim.AdamW(foreach=True), the default on CUDA.",
+        "adamw-fused": "torch.optim.AdamW(fused=True): no step temporaries.",
+        "adamw-forloop": "torch.optim.AdamW(foreach=False): one parameter at a time.",
+        "adamw-8bit": "CPU stand-in for bitsandbytes AdamW8bit with its state layout: uint8 "
+                      "state1/state2, an fp32 absmax per 256 values, fp32 states under 4096 "
+                      "elements.",
+        "paged-adamw-8bit": "CPU stand-in for bitsandbytes PagedAdamW8bit (same layout as "
+                            "AdamW8bit; paged states are counted on the GPU, not evicted).",
+        "sgd": "torch.optim.SGD(foreach=True), no state.",
+        "sgd-momentum": "torch.optim.SGD(momentum=0.9, foreach=True): one momentum buffer.",
+        "adafactor": "transformers Adafactor (factored second moment, no first moment, "
+                     "relative_step=False).",
+        "lion": "Lion: one momentum buffer, one parameter at a time.",
+    }[s.optimizer])
+    if s.attention == "flash":
+        notes.append("attention='flash' is measured as PyTorch SDPA on CPU (FlashAttention "
+                     "needs a GPU); neither keeps the attention matrix.")
+    if s.method != "full":
+        notes.append(f"LoRA r={s.lora_rank} on {s.lora_targets}, base frozen, adapters in "
+                     f"{'bf16' if s.lora_dtype == 'bf16' else 'fp32 (peft default)'}; "
+                     f"{measured['trainable_parameters']:,} trainable parameters.")
+    if s.method == "qlora":
+        notes.append("CPU stand-in for bitsandbytes Linear4bit: NF4 weights packed two per "
+                     "byte with " + ("uint8 absmax per 64 values and an fp32 constant per 256 "
+                                     "blocks (double quantization)" if s.double_quant else
+                                     "an fp32 absmax per 64 values") +
+                     "; dequantized to the compute dtype in forward and again in backward.")
+    if s.gradient_checkpointing:
+        notes.append("Gradient checkpointing (use_reentrant=False) on every decoder layer.")
+    if s.gradient_accumulation > 1:
+        peaks = measured["micro_batch_forward_peaks"]
+        notes.append(f"{s.gradient_accumulation} micro-batches; gradients stay allocated "
+                     f"between them. Forward peaks per micro-batch: "
+                     + ", ".join(f"{p / 2**30:.3f} GiB" for p in peaks) + ".")
+    notes.append("Logits: tensors shaped [..., vocab] (the logits, their fp32 copy for the "
+                 "loss, log-softmax and their gradients).")
+    return notes
+
+
+def measure_sharded(spec: ModelSpec, settings: Settings) -> MemoryReport:
+    raise LessonkitError("measure does not simulate several GPUs yet; use n_gpus=1, zero_stage=0.")
+
+
+def measure_cuda(spec: ModelSpec, settings: Settings) -> MemoryReport:
+    raise LessonkitError("measure on a CUDA device is not built yet; use device='cpu'.")

@@ -1,0 +1,168 @@
+"""Following every tensor storage of a training step: a small TorchDispatchMode.
+
+Each storage an operator creates is recorded once (an allocation event) and a weakref finalizer
+records when it is freed. The running total of live bytes gives the peak; the event log, replayed
+afterwards, gives the composition at the peak once the caller has said which storages are weights,
+gradients and optimizer state. Works the same on real and on fake tensors (FakeTensorMode).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import weakref
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+_LABELS: list[str] = []
+
+
+@contextlib.contextmanager
+def label(name: str) -> Iterator[None]:
+    """Storages created inside this block get the category ``name`` (e.g. "temporaries")."""
+    _LABELS.append(name)
+    try:
+        yield
+    finally:
+        _LABELS.pop()
+
+
+@dataclass
+class Record:
+    """One storage: its size, when it was created and freed (event numbers), and what made it."""
+
+    nbytes: int
+    born: int
+    phase: str
+    shape: tuple[int, ...]
+    label: str | None = None
+    copy_of_weight: bool = False
+    died: float = math.inf
+    key: int = 0
+
+
+def storage_key(tensor: torch.Tensor) -> int:
+    """An identity for a tensor's storage, shared by all its views."""
+    return tensor.untyped_storage()._cdata
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of distinct storages among ``tensors`` (shared storages counted once)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        seen[storage_key(t)] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+class Tracker(TorchDispatchMode):
+    """Records storage allocations and frees of every operator run inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phase = "setup"
+        self.records: list[Record] = []
+        self.live: dict[int, Record] = {}
+        self.events: list[tuple[int, int]] = []  # (change in bytes, index into self.phases)
+        self.phases: list[str] = []
+        self.weight_keys: set[int] = set()
+        self._refs: dict[int, weakref.ref] = {}
+
+    # ----- recording ----------------------------------------------------------------------
+    def add(self, tensor: torch.Tensor, phase: str | None = None, label_: str | None = None,
+            copy_of_weight: bool = False) -> None:
+        """Start following ``tensor``'s storage (no-op when already followed)."""
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
+            return
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key in self.live:
+            return
+        nbytes = storage.nbytes()
+        record = Record(nbytes=nbytes, born=len(self.events), phase=phase or self.phase,
+                        shape=tuple(tensor.shape),
+                        label=label_ or (_LABELS[-1] if _LABELS else None),
+                        copy_of_weight=copy_of_weight, key=key)
+        self.live[key] = record
+        self.records.append(record)
+        self.events.append((nbytes, self._phase_index()))
+        self._refs[id(record)] = weakref.ref(storage, lambda _ref, r=record: self._free(r))
+
+    def _free(self, record: Record) -> None:
+        if self.live.get(record.key) is record:
+            del self.live[record.key]
+        self._refs.pop(id(record), None)
+        record.died = len(self.events)
+        self.events.append((-record.nbytes, self._phase_index()))
+
+    def _phase_index(self) -> int:
+        if not self.phases or self.phases[-1] != self.phase:
+            self.phases.append(self.phase)
+        return len(self.phases) - 1
+
+    def set_phase(self, phase: str) -> None:
+        """Start a phase; a zero event marks its start so that an empty phase has a level."""
+        self.phase = phase
+        self.events.append((0, self._phase_index()))
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        copy_of_weight = False
+        if func in _COPY_OPS and args and isinstance(args[0], torch.Tensor):
+            copy_of_weight = storage_key(args[0]) in self.weight_keys
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.add(t, copy_of_weight=copy_of_weight)
+        return out
+
+    # ----- reading --------------------------------------------------------------------------
+    def peaks(self) -> tuple[list[tuple[str, int]], int]:
+        """The peak of each phase occurrence, in order, and the event number of the overall
+        peak among the phases other than "setup" and "end"."""
+        total, best, best_at = 0, -1, -1
+        levels = [0] * len(self.phases)
+        for i, (delta, phase_idx) in enumerate(self.events):
+            before = total
+            total += delta
+            levels[phase_idx] = max(levels[phase_idx], before, total)
+            if self.phases[phase_idx] not in ("setup", "end") and total > best:
+                best, best_at = total, i
+        return list(zip(self.phases, levels)), best_at
+
+    def alive_at(self, event: int) -> list[Record]:
+        """Records live just after event number ``event``."""
+        return [r for r in self.records if r.born <= event < r.died]
+
+    def composition(self, event: int, groups: dict[str, set[int]], vocab_size: int) -> dict[str, int]:
+        """Bytes by category of the storages live just after ``event``.
+
+        ``groups`` maps a category to the storage keys it owns at the end of the step (weights,
+        gradients, optimizer); other storages are classified by how they were made.
+        """
+        out: dict[str, int] = {}
+        for record in self.alive_at(event):
+            category = self._category(record, groups, vocab_size)
+            out[category] = out.get(category, 0) + record.nbytes
+        return out
+
+    def _category(self, record: Record, groups: dict[str, set[int]], vocab_size: int) -> str:
+        if self.live.get(record.key) is record:
+            for category, keys in groups.items():
+                if record.key in keys:
+                    return category
+        if record.label:
+            return record.label
+        if record.copy_of_weight:
+            return "temporaries"
+        if len(record.shape) >= 2 and record.shape[-1] == vocab_size:
+            return "logits"
+        if record.phase == "optimizer":
+            return "temporaries"
+        return "activations"
+
+
+_COPY_OPS = {torch.ops.aten._to_copy.default}

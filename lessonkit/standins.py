@@ -1,0 +1,217 @@
+"""CPU stand-ins with the storage layout of GPU-only pieces, and two small optimizers.
+
+- ``Linear4bitStandIn``: bitsandbytes ``Linear4bit`` (NF4, blocks of 64): the weight packed two
+  4-bit values per byte, an fp32 absmax per block of 64 (or, with double quantization, a uint8
+  absmax per block plus an fp32 constant per 256 blocks); the forward and the backward each
+  dequantize the weight into a temporary of the compute dtype, as bitsandbytes does.
+- ``AdamW8bitStandIn``: bitsandbytes ``AdamW8bit`` / ``PagedAdamW8bit``: uint8 state1 and state2
+  per parameter plus one fp32 absmax per block of 256 for each, fp32 states for tensors under
+  ``min_8bit_size`` (4096) elements, and two shared 256-entry fp32 quantization maps. Its step
+  updates in place and allocates nothing, like bitsandbytes' fused kernel; its arithmetic is not
+  bitsandbytes' (only the memory is).
+- ``Lion``: one momentum state per parameter (Chen et al. 2023), applied one tensor at a time.
+- ``MasterWeightsAdamW``: bf16 parameters and gradients, fp32 master copies and fp32 AdamW states
+  in the optimizer; each step makes fp32 copies of the gradients, steps the masters and copies
+  them back into the bf16 parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import nn
+
+from . import memtrack
+
+NF4_BLOCK = 64
+NF4_NESTED_BLOCK = 256
+OPT8_BLOCK = 256
+OPT8_MIN_SIZE = 4096
+
+
+def nf4_bytes(numel: int, double_quant: bool) -> int:
+    """Bytes of one weight of ``numel`` elements stored as NF4 (packed values and constants)."""
+    blocks = math.ceil(numel / NF4_BLOCK)
+    constants = blocks + 4 * math.ceil(blocks / NF4_NESTED_BLOCK) if double_quant else 4 * blocks
+    return (numel + 1) // 2 + constants
+
+
+def adam8bit_state_bytes(numel: int) -> int:
+    """Bytes of the two 8-bit AdamW states of a tensor (without the shared quantization maps)."""
+    if numel < OPT8_MIN_SIZE:
+        return 2 * 4 * numel
+    return 2 * (numel + 4 * math.ceil(numel / OPT8_BLOCK))
+
+
+class _Dequantized(torch.autograd.Function):
+    """y = x @ W.T with W dequantized in forward and again in backward (never saved)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, layer: "Linear4bitStandIn") -> torch.Tensor:
+        ctx.layer = layer
+        weight = layer.dequantize()
+        return x.to(weight.dtype) @ weight.t()
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor, None]:
+        weight = ctx.layer.dequantize()
+        return grad_out.to(weight.dtype) @ weight, None
+
+
+class Linear4bitStandIn(nn.Module):
+    """A frozen linear layer stored like bitsandbytes NF4 (see the module docstring)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: nn.Parameter | None,
+                 compute_dtype: torch.dtype, double_quant: bool, device: Any = None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.compute_dtype = compute_dtype
+        numel = in_features * out_features
+        blocks = math.ceil(numel / NF4_BLOCK)
+        self.register_buffer("packed", torch.zeros(((numel + 1) // 2, 1), dtype=torch.uint8,
+                                                   device=device))
+        if double_quant:
+            self.register_buffer("absmax", torch.zeros(blocks, dtype=torch.uint8, device=device))
+            self.register_buffer("nested_absmax", torch.zeros(
+                math.ceil(blocks / NF4_NESTED_BLOCK), dtype=torch.float32, device=device))
+        else:
+            self.register_buffer("absmax", torch.zeros(blocks, dtype=torch.float32, device=device))
+        self.bias = bias
+        if bias is not None:
+            bias.requires_grad_(False)
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight in the compute dtype: a fresh temporary, as bitsandbytes makes it."""
+        with memtrack.label("temporaries"):
+            weight = torch.zeros((self.out_features, self.in_features), dtype=self.compute_dtype,
+                                 device=self.packed.device)
+            # Touch the packed values so the result depends on them (the memory is what matters).
+            weight.view(-1)[: self.packed.numel()].copy_(self.packed.view(-1))
+        return weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = _Dequantized.apply(x, self)
+        return out + self.bias if self.bias is not None else out
+
+
+def quantize_linears(model: nn.Module, compute_dtype: torch.dtype, double_quant: bool) -> int:
+    """Replace every frozen linear layer inside the decoder blocks by a Linear4bitStandIn.
+
+    Embeddings, norms and ``lm_head`` stay as they are (as in transformers' default). Works on a
+    peft model too: LoRA's own ``lora_A``/``lora_B`` layers are left alone. Returns the count.
+    """
+    from transformers.pytorch_utils import Conv1D
+
+    count = 0
+    for name, module in list(model.named_modules()):
+        if ".layers." not in f".{name}." and ".h." not in f".{name}.":
+            continue
+        for child_name, child in list(module.named_children()):
+            if child_name.startswith("lora_") or "lora_" in name:
+                continue
+            if isinstance(child, nn.Linear):
+                in_f, out_f = child.in_features, child.out_features
+            elif isinstance(child, Conv1D):
+                in_f, out_f = child.weight.shape
+            else:
+                continue
+            bias = child.bias if child.bias is not None else None
+            setattr(module, child_name, Linear4bitStandIn(
+                in_f, out_f, bias, compute_dtype, double_quant, device=child.weight.device))
+            count += 1
+    return count
+
+
+class AdamW8bitStandIn(torch.optim.Optimizer):
+    """bitsandbytes AdamW8bit's state layout, for CPU (see the module docstring)."""
+
+    def __init__(self, params: Iterable[torch.Tensor], lr: float = 1e-4) -> None:
+        super().__init__(params, dict(lr=lr))
+        self.qmaps: dict[str, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def step(self, closure: Callable | None = None) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    self._init_state(p, state)
+                state["step"] += 1
+                p.add_(p.grad, alpha=-group["lr"])
+
+    def _init_state(self, p: torch.Tensor, state: dict[str, Any]) -> None:
+        state["step"] = 0
+        n = p.numel()
+        if n < OPT8_MIN_SIZE:
+            state["state1"] = torch.zeros_like(p, dtype=torch.float32)
+            state["state2"] = torch.zeros_like(p, dtype=torch.float32)
+            return
+        if not self.qmaps:
+            self.qmaps = {k: torch.zeros(256, dtype=torch.float32, device=p.device)
+                          for k in ("dynamic", "udynamic")}
+        blocks = math.ceil(n / OPT8_BLOCK)
+        state["state1"] = torch.zeros_like(p, dtype=torch.uint8)
+        state["qmap1"] = self.qmaps["dynamic"]
+        state["state2"] = torch.zeros_like(p, dtype=torch.uint8)
+        state["qmap2"] = self.qmaps["udynamic"]
+        state["absmax1"] = torch.zeros(blocks, dtype=torch.float32, device=p.device)
+        state["absmax2"] = torch.zeros(blocks, dtype=torch.float32, device=p.device)
+
+
+class Lion(torch.optim.Optimizer):
+    """Lion (sign of an interpolated momentum), one state per parameter, one tensor at a time."""
+
+    def __init__(self, params: Iterable[torch.Tensor], lr: float = 1e-4,
+                 betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0) -> None:
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure: Callable | None = None) -> None:
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p)
+                exp_avg = state["exp_avg"]
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                update = exp_avg * beta1 + p.grad * (1 - beta1)
+                p.add_(update.sign_(), alpha=-group["lr"])
+                exp_avg.mul_(beta2).add_(p.grad, alpha=1 - beta2)
+
+
+class MasterWeightsAdamW(torch.optim.Optimizer):
+    """AdamW on fp32 master copies of bf16 parameters (see the module docstring)."""
+
+    def __init__(self, params: Iterable[torch.Tensor], make_inner: Callable[[list], torch.optim.Optimizer],
+                 lr: float = 1e-4) -> None:
+        params = list(params)
+        super().__init__(params, dict(lr=lr))
+        # fp32 parameters (e.g. LoRA adapters kept in fp32) are their own masters.
+        self.masters = [p if p.dtype == torch.float32 else p.detach().float().requires_grad_(True)
+                        for p in params]
+        self.inner = make_inner(self.masters)
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """The master copies and the inner optimizer's states."""
+        params = {id(p) for group in self.param_groups for p in group["params"]}
+        copies = [m for m in self.masters if id(m) not in params]
+        return copies + [v for s in self.inner.state.values() for v in s.values()
+                         if isinstance(v, torch.Tensor)]
+
+    @torch.no_grad()
+    def step(self, closure: Callable | None = None) -> None:
+        params = [p for group in self.param_groups for p in group["params"]]
+        copies = [(p, m) for p, m in zip(params, self.masters) if m is not p]
+        for p, master in copies:
+            master.grad = None if p.grad is None else p.grad.float()
+        self.inner.step()
+        for p, master in copies:
+            p.copy_(master)
+            master.grad = None
