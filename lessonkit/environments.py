@@ -1,0 +1,149 @@
+"""Where to fine-tune: the guide's three tiers of environments, plus your own workstation.
+
+Data in ``data/environments.json``: GPUs offered with per-GPU-hour prices, quotas, session
+limits, pros and cons, each environment with its source and as-of date.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from .errors import LessonkitError, normalise_name, unknown_name_message
+from .gpus import GPU, Price, get_gpu
+
+TIERS = {0: "own hardware", 1: "hobbyist", 2: "engineer", 3: "enterprise"}
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One GPU an environment rents out, in which counts, at what price per GPU-hour."""
+
+    gpu: GPU
+    counts: tuple[int, ...]
+    price_per_hour: Price
+    note: str = ""
+    broken: bool = False
+    purchase_usd: tuple[float, float] | None = None
+
+    @property
+    def free(self) -> bool:
+        return self.price_per_hour.high == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.price_per_hour
+        return {"gpu": self.gpu.name, "counts": list(self.counts),
+                "price_per_hour": {"low": p.low, "high": p.high, "typical": p.typical},
+                "note": self.note, "broken": self.broken,
+                "purchase_usd": list(self.purchase_usd) if self.purchase_usd else None}
+
+
+@dataclass(frozen=True)
+class Environment:
+    """A place to run a fine-tuning job: a hosted notebook, a GPU cloud or an ML platform."""
+
+    key: str
+    name: str
+    tier: int
+    tier_name: str
+    kind: str
+    offers: tuple[Offer, ...]
+    quotas: str
+    session_limits: str
+    pros: tuple[str, ...]
+    cons: tuple[str, ...]
+    url: str
+    source: str
+    as_of: str
+    unconfirmed: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    detect: dict[str, Any] = field(default_factory=dict, compare=False)
+    hints: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def free(self) -> bool:
+        """True when every GPU it offers costs nothing."""
+        return all(o.free for o in self.offers)
+
+    @property
+    def gpus(self) -> list[GPU]:
+        return [o.gpu for o in self.offers]
+
+    @property
+    def price_range(self) -> tuple[float, float]:
+        """Cheapest and dearest $/GPU-hour over the GPUs offered."""
+        return (min(o.price_per_hour.low for o in self.offers),
+                max(o.price_per_hour.high for o in self.offers))
+
+    def offer(self, gpu: str | GPU) -> Offer:
+        """The offer for one GPU; LessonkitError naming the GPUs offered otherwise."""
+        wanted = get_gpu(gpu)
+        for o in self.offers:
+            if o.gpu == wanted:
+                return o
+        raise LessonkitError(f"{self.name} does not offer {wanted.name}; it offers "
+                             f"{', '.join(g.name for g in self.gpus)}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "name": self.name, "tier": self.tier, "tier_name": self.tier_name,
+                "kind": self.kind, "offers": [o.to_dict() for o in self.offers],
+                "quotas": self.quotas, "session_limits": self.session_limits,
+                "pros": list(self.pros), "cons": list(self.cons), "url": self.url,
+                "source": self.source, "as_of": self.as_of, "unconfirmed": list(self.unconfirmed)}
+
+    def __str__(self) -> str:
+        low, high = self.price_range
+        price = "free" if high == 0 else f"${low:.2f}-{high:.2f} per GPU-hour"
+        return (f"{self.name} (tier {self.tier}, {self.tier_name}): "
+                f"{', '.join(g.name for g in self.gpus)}; {price}")
+
+
+def _environment_from_dict(entry: dict[str, Any]) -> Environment:
+    offers = []
+    for item in entry["offers"]:
+        purchase = item.get("purchase_usd")
+        offers.append(Offer(
+            gpu=get_gpu(item["gpu"]), counts=tuple(item["counts"]),
+            price_per_hour=Price.from_dict(item["price_per_hour"], entry["source"], entry["as_of"]),
+            note=item.get("note", ""), broken=bool(item.get("broken", False)),
+            purchase_usd=(purchase["low"], purchase["high"]) if purchase else None))
+    return Environment(
+        key=entry["key"], name=entry["name"], tier=entry["tier"], tier_name=entry["tier_name"],
+        kind=entry["kind"], offers=tuple(offers), quotas=entry["quotas"],
+        session_limits=entry["session_limits"], pros=tuple(entry["pros"]),
+        cons=tuple(entry["cons"]), url=entry.get("url", ""), source=entry["source"],
+        as_of=entry["as_of"], unconfirmed=tuple(entry.get("unconfirmed", ())),
+        aliases=tuple(entry.get("aliases", ())), detect=dict(entry.get("detect", {})),
+        hints=dict(entry.get("hints", {})))
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict[str, Environment]:
+    text = resources.files("lessonkit").joinpath("data/environments.json").read_text()
+    return {e["key"]: _environment_from_dict(e) for e in json.loads(text)["environments"]}
+
+
+def list_environments(*, tier: int | None = None) -> list[Environment]:
+    """All environments, in the guide's tier order (optionally one tier)."""
+    envs = sorted(_catalog().values(), key=lambda e: (e.tier if e.tier else 9))
+    return [e for e in envs if tier is None or e.tier == tier]
+
+
+def environment_keys() -> list[str]:
+    return list(_catalog())
+
+
+def get_environment(name: str | Environment) -> Environment:
+    """An environment by key or name, forgiving spelling ('Lambda Labs', 'colab', 'vast.ai')."""
+    if isinstance(name, Environment):
+        return name
+    if not isinstance(name, str):
+        raise LessonkitError(f"An environment is a name such as 'colab' or 'lambda', got {name!r}.")
+    key = normalise_name(name)
+    for env in _catalog().values():
+        if key in {normalise_name(a) for a in (env.key, env.name, *env.aliases)}:
+            return env
+    raise LessonkitError(unknown_name_message(name, environment_keys(), "environment"))

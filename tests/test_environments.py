@@ -1,0 +1,68 @@
+"""The environment catalog: the guide's three tiers, sourced, priced and forgiving lookups."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from lessonkit import LessonkitError, get_environment, list_environments
+
+GUIDE = {"colab-free", "colab-paid", "kaggle", "lambda", "runpod", "vast-ai",
+         "sagemaker", "vertex-ai", "azure-ml"}
+
+
+def test_the_guides_environments_are_all_there_in_their_tiers():
+    envs = {e.key: e for e in list_environments()}
+    assert GUIDE <= set(envs)
+    assert {k for k, e in envs.items() if e.tier == 1} == {"colab-free", "colab-paid", "kaggle"}
+    assert {k for k, e in envs.items() if e.tier == 2} == {"lambda", "runpod", "vast-ai"}
+    assert {k for k, e in envs.items() if e.tier == 3} == {"sagemaker", "vertex-ai", "azure-ml"}
+
+
+@pytest.mark.parametrize("env", list_environments(), ids=lambda e: e.key)
+def test_every_environment_is_sourced_and_complete(env):
+    assert env.source and dt.date.fromisoformat(env.as_of)
+    assert env.pros and env.cons and env.quotas and env.session_limits and env.offers
+    for offer in env.offers:
+        p = offer.price_per_hour
+        assert 0 <= p.low <= p.typical <= p.high
+        assert offer.counts and all(c >= 1 for c in offer.counts)
+
+
+def test_free_tiers_are_free_and_enterprise_costs_more_than_tier_two():
+    assert get_environment("colab").free and get_environment("kaggle").free
+    assert not get_environment("lambda").free
+    # The guide: enterprise is "often 2-3x the price of Lambda Labs" for the same GPU.
+    lam = get_environment("lambda").offer("H100").price_per_hour.typical
+    for key in ("sagemaker", "vertex-ai", "azure-ml"):
+        assert get_environment(key).offer("H100").price_per_hour.typical >= 2 * lam
+
+
+def test_kaggle_offers_two_t4_and_flags_its_p100():
+    kaggle = get_environment("Kaggle")
+    assert 2 in kaggle.offer("T4").counts
+    assert kaggle.offer("P100").broken and "T4 x2" in kaggle.hints["no_kernel_image"]
+
+
+def test_the_guides_a100_for_about_150_an_hour_is_in_tier_two():
+    prices = [e.offer("a100 80gb").price_per_hour for e in list_environments(tier=2)
+              if any(g.name == "A100 80GB" for g in e.gpus)]
+    assert min(p.low for p in prices) <= 1.5 <= max(p.high for p in prices)
+
+
+@pytest.mark.parametrize("query,key", [("Lambda Labs", "lambda"), ("colab", "colab-free"),
+                                       ("Colab Pro", "colab-paid"), ("vast.ai", "vast-ai"),
+                                       ("AWS", "sagemaker"), ("Azure ML", "azure-ml")])
+def test_lookups_forgive_spelling(query, key):
+    assert get_environment(query).key == key
+
+
+def test_unknown_environment_suggests_close_matches():
+    with pytest.raises(LessonkitError, match="Did you mean 'lambda'"):
+        get_environment("lamda")
+
+
+def test_an_offer_for_a_gpu_not_offered_says_what_is():
+    with pytest.raises(LessonkitError, match="offers T4"):
+        get_environment("colab").offer("H100")
