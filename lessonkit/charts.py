@@ -1,0 +1,430 @@
+"""Plain matplotlib charts of the course: each function draws on an ``ax`` it is given.
+
+No widgets here (see widgets.py); matplotlib is imported inside the functions that need it, so
+importing this module is cheap. ``draw_breakdown`` returns a chart object whose ``update``
+changes the bars in place, which is how the live explorers redraw quickly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from .errors import LessonkitError, choose
+from .report import CATEGORIES, LABELS, MemoryReport
+from .units import GB, parse_count
+
+# Fixed colours, so a category looks the same in every chart of the course.
+CATEGORY_COLORS = {
+    "weights": "#4C72B0", "gradients": "#DD8452", "optimizer": "#55A868",
+    "activations": "#C44E52", "logits": "#8172B3", "temporaries": "#937860",
+    "cuda_context": "#8C8C8C", "allocator_margin": "#CCB974", "other": "#DA8BC3",
+}
+# Memory sizes (GB) of common training GPUs, drawn as lines on the breakdown chart.
+COMMON_GPU_SIZES_GB = (16, 24, 40, 48, 80, 141)
+FIT_COLOR, NO_FIT_COLOR, ALERT_COLOR = "#55A868", "#D9A5A5", "#B22222"
+TIER_COLORS = {"hobbyist": "#4C72B0", "engineer": "#55A868", "enterprise": "#8172B3"}
+
+
+# ----- catalog access (tolerant: the catalog is optional for drawing) ----------------------
+def field(record: Any, *names: str, default: Any = None) -> Any:
+    """The first present attribute or key of ``record`` among ``names``."""
+    for name in names:
+        value = record.get(name) if isinstance(record, Mapping) else getattr(record, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def catalog_gpus() -> list[Any]:
+    """The GPUs of lessonkit's catalog, or [] when it cannot be read."""
+    try:
+        from .gpus import list_gpus
+        return list(list_gpus())
+    except Exception:  # drawing must not depend on the catalog being importable
+        return []
+
+
+def gpu_memory_bytes(gpu: Any) -> float:
+    value = field(gpu, "memory_bytes")
+    if value is None:
+        value = float(field(gpu, "memory_gb", default=0)) * GB
+    return float(value)
+
+
+def gpu_usable_bytes(gpu: Any) -> float:
+    """Memory one device offers to PyTorch (what a run's peak must fit in); nominal if unknown."""
+    value = field(gpu, "usable_bytes")
+    return float(value) if value is not None else gpu_memory_bytes(gpu)
+
+
+def gpu_fits(gpu: Any, report: MemoryReport) -> bool:
+    return report.total_bytes <= gpu_usable_bytes(gpu)
+
+
+def gpu_label(gpu: Any) -> str:
+    return str(field(gpu, "short_name", "name", default="GPU"))
+
+
+def price_text(gpu: Any) -> str:
+    """'$0.34-0.60/h' from a GPU record's price per hour ('' when unknown)."""
+    price = field(gpu, "price_per_hour")
+    if price is None:
+        return ""
+    if isinstance(price, (int, float)):
+        return f"${price:.2f}/h"
+    low, high = field(price, "low"), field(price, "high")
+    typical = field(price, "typical")
+    if low is not None and high is not None and low != high:
+        return f"${low:.2f}-{high:.2f}/h"
+    value = typical if typical is not None else (low if low is not None else high)
+    return f"${value:.2f}/h" if value is not None else ""
+
+
+def size_lines(gpu_sizes: Iterable[float] | None = None,
+               gpus: Sequence[Any] | None = None) -> list[tuple[float, str]]:
+    """(GB, label) for each GPU size line, naming the catalog's GPUs of that size."""
+    gpus = catalog_gpus() if gpus is None else gpus
+    lines = []
+    for size in sorted(float(s) for s in (gpu_sizes or COMMON_GPU_SIZES_GB)):
+        same = [g for g in gpus if abs(gpu_memory_bytes(g) / GB - size) < 0.5]
+        same.sort(key=lambda g: (not field(g, "in_guide", default=False), gpu_label(g)))
+        names = [gpu_label(g) for g in same]
+        label = f"{size:g} GB"
+        if names:
+            label += ": " + ", ".join(names[:2]) + (", ..." if len(names) > 2 else "")
+        lines.append((size, label))
+    return lines
+
+
+def largest_gpu(gpus: Sequence[Any] | None = None,
+                gpu_sizes: Iterable[float] | None = None) -> tuple[float, str]:
+    """(bytes, name) of the largest single device known (usable memory; else the size lines)."""
+    gpus = catalog_gpus() if gpus is None else gpus
+    best = max(((gpu_usable_bytes(g), gpu_label(g)) for g in gpus), default=(0.0, ""))
+    size = max(float(s) for s in (gpu_sizes or COMMON_GPU_SIZES_GB)) * GB
+    return best if best[0] >= size else (size, f"{size / GB:g} GB")
+
+
+# ----- memory breakdown --------------------------------------------------------------------
+def _segments(report: MemoryReport) -> dict[str, float]:
+    """GB per category in stacking order, extra categories folded into 'other'."""
+    seg = {key: report.breakdown.get(key, 0) / GB for key in CATEGORIES}
+    seg["other"] = sum(v for k, v in report.breakdown.items() if k not in CATEGORIES) / GB
+    return seg
+
+
+def default_label(report: MemoryReport) -> str:
+    s = report.settings
+    label = f"{report.model.name}\n{s.get('method', '')}"
+    if s.get("method") in ("lora", "qlora") and s.get("lora_rank"):
+        label += f" r={s['lora_rank']}"
+    return label
+
+
+class BreakdownChart:
+    """Stacked bars of MemoryReport breakdowns with GPU size lines; ``update`` redraws in place."""
+
+    def __init__(self, ax: Any, gpu_sizes: Iterable[float] | None = None,
+                 gpus: Sequence[Any] | None = None) -> None:
+        self.ax = ax
+        gpus = catalog_gpus() if gpus is None else list(gpus)
+        self.lines = size_lines(gpu_sizes, gpus)
+        self.largest_bytes, self.largest_name = largest_gpu(gpus, gpu_sizes)
+        self.containers: dict[str, Any] = {}
+        self.peak_texts: list[Any] = []
+        self.n_bars = -1
+        ax.set_ylabel("GB per GPU")
+        self.gpu_lines = []
+        self.gpu_texts = []
+        for size, label in self.lines:
+            self.gpu_lines.append(ax.axhline(size, color="0.35", lw=0.9, ls="--", zorder=1))
+            self.gpu_texts.append(ax.text(
+                0.995, size, label, transform=ax.get_yaxis_transform(), ha="right",
+                va="bottom", fontsize=7.5, color="0.25", clip_on=True, zorder=4))
+        self.note = ax.text(0.01, 0.98, "", transform=ax.transAxes, ha="left", va="top",
+                            fontsize=9, color=ALERT_COLOR, fontweight="bold", zorder=5)
+        self.legend = None
+        self.show_other = False
+        self.legend_version = 0
+
+    def _build(self, n: int) -> None:
+        for container in self.containers.values():
+            container.remove()
+        for text in self.peak_texts:
+            text.remove()
+        x = list(range(n))
+        self.containers = {
+            key: self.ax.bar(x, [0.0] * n, width=0.55, color=CATEGORY_COLORS[key],
+                             label=LABELS.get(key, "Other"), zorder=2)
+            for key in (*CATEGORIES, "other")
+        }
+        self.peak_texts = [self.ax.text(i, 0, "", ha="center", va="bottom", fontsize=9,
+                                        fontweight="bold", zorder=5) for i in x]
+        self.ax.set_xticks(x)
+        self.ax.set_xlim(-0.6, n - 0.4 + (0.6 if n == 1 else 0.0))
+        self.n_bars = n
+
+    def _legend(self, show_other: bool) -> None:
+        keys = [*CATEGORIES, "other"] if show_other else list(CATEGORIES)
+        handles = [self.containers[k] for k in reversed(keys)]
+        from matplotlib.legend import Legend
+
+        if self.legend is not None:
+            self.legend.remove()
+        # Placed beside the axes but owned by the figure: a live redraw can then repaint the
+        # axes alone over a saved picture of the rest (the legend changes rarely).
+        legend = Legend(self.ax, handles, [h.get_label() for h in handles], fontsize=7.5,
+                        loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        figure = self.ax.figure
+        figure.legends.append(legend)
+        legend._remove_method = figure.legends.remove
+        self.legend = legend
+        self.show_other = show_other
+        self.legend_version += 1
+
+    def update(self, reports: MemoryReport | Sequence[MemoryReport],
+               labels: Sequence[str] | None = None) -> None:
+        """Show these reports: bar heights, peak labels, limits and the no-fit note."""
+        reports = [reports] if isinstance(reports, MemoryReport) else list(reports)
+        if not reports:
+            raise LessonkitError("draw_breakdown needs at least one MemoryReport.")
+        if labels is not None and len(labels) != len(reports):
+            raise LessonkitError(f"Got {len(labels)} labels for {len(reports)} reports.")
+        if len(reports) != self.n_bars:
+            self._build(len(reports))
+            self.legend = None
+        segments = [_segments(r) for r in reports]
+        show_other = any(s["other"] > 0 for s in segments)
+        if self.legend is None or show_other != self.show_other:
+            self._legend(show_other)
+        bottoms = [0.0] * len(reports)
+        for key, container in self.containers.items():
+            for i, patch in enumerate(container.patches):
+                patch.set_y(bottoms[i])
+                patch.set_height(segments[i][key])
+                bottoms[i] += segments[i][key]
+        too_big = []
+        for i, (report, text) in enumerate(zip(reports, self.peak_texts)):
+            text.set_position((i, report.total_bytes / GB))
+            text.set_text(f"{report.total_bytes / GB:,.1f} GB")
+            big = report.total_bytes > self.largest_bytes
+            text.set_color(ALERT_COLOR if big else "black")
+            if big:
+                too_big.append(i)
+        self.ax.set_xticklabels(list(labels) if labels is not None
+                                else [default_label(r) for r in reports], fontsize=8)
+        top = max([*(r.total_bytes / GB for r in reports), *(s for s, _ in self.lines)])
+        top *= 1.4 if too_big else 1.15
+        self.ax.set_ylim(0, top)
+        self._thin_gpu_labels(top)
+        if too_big:
+            which = "" if len(reports) == 1 else f"Bar {', '.join(str(i + 1) for i in too_big)}: "
+            largest = f"{self.largest_bytes / GB:.0f} GB"
+            if self.largest_name != largest:
+                largest = f"{self.largest_name}, {largest}"
+            self.note.set_text(
+                f"{which}does not fit on any single GPU (largest: {largest}).\n"
+                f"Use LoRA/QLoRA, more GPUs with ZeRO/FSDP, or offload.")
+        else:
+            self.note.set_text("")
+        if len(reports) == 1:
+            self.ax.set_title(reports[0]._settings_line(), fontsize=9)
+
+    def _thin_gpu_labels(self, top: float) -> None:
+        # Labels of lines closer than 5% of the axis to the last shown one would overlap.
+        shown = -1.0
+        for (size, _), text in zip(self.lines, self.gpu_texts):
+            visible = size - shown >= 0.05 * top
+            text.set_visible(visible)
+            if visible:
+                shown = size
+
+    def heights(self) -> list[dict[str, float]]:
+        """GB per category of each bar, as drawn (for checks)."""
+        return [{key: c.patches[i].get_height() for key, c in self.containers.items()}
+                for i in range(self.n_bars)]
+
+
+def draw_breakdown(ax: Any, reports: MemoryReport | Sequence[MemoryReport],
+                   gpu_sizes: Iterable[float] | None = None,
+                   labels: Sequence[str] | None = None) -> BreakdownChart:
+    """Stacked bars of one or more reports' peak memory, with lines at common GPU sizes (GB)."""
+    chart = BreakdownChart(ax, gpu_sizes)
+    chart.update(reports, labels)
+    return chart
+
+
+# ----- which GPUs fit ----------------------------------------------------------------------
+def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any]) -> dict[str, Any]:
+    """One bar per GPU (usable memory, GB), coloured by whether the report's peak fits on it.
+
+    The required peak is a vertical line; labels give the headroom (or shortfall) and the price
+    per hour; the guide's four GPUs (``in_guide``) are drawn with a dark edge and bold names.
+    """
+    gpus = sorted(gpus, key=lambda g: (gpu_usable_bytes(g), gpu_label(g)))
+    if not gpus:
+        raise LessonkitError("draw_gpu_fit needs at least one GPU record.")
+    need = report.total_bytes / GB
+    sizes = [gpu_usable_bytes(g) / GB for g in gpus]
+    fits = [gpu_fits(g, report) for g in gpus]
+    guide = [bool(field(g, "in_guide", default=False)) for g in gpus]
+    y = list(range(len(gpus)))
+    bars = ax.barh(y, sizes, height=0.65, color=[FIT_COLOR if f else NO_FIT_COLOR for f in fits],
+                   edgecolor=["black" if g else "none" for g in guide], linewidth=1.4, zorder=2)
+    ax.set_yticks(y)
+    ax.set_yticklabels([f"{gpu_label(g)}{' *' if gd else ''} ({gpu_memory_bytes(g) / GB:g} GB)"
+                        for g, gd in zip(gpus, guide)], fontsize=8)
+    for tick, gd in zip(ax.get_yticklabels(), guide):
+        tick.set_fontweight("bold" if gd else "normal")
+    right = max(max(sizes), need) * 1.45
+    labels = []
+    for i, (gpu, size, fit) in enumerate(zip(gpus, sizes, fits)):
+        room = size - need
+        text = f"+{room:,.1f} GB free" if fit else f"short by {-room:,.1f} GB"
+        price = price_text(gpu)
+        labels.append(ax.text(size + right * 0.01, i, text + (f"  {price}" if price else ""),
+                              va="center", fontsize=7.5, color="black" if fit else ALERT_COLOR))
+    line = ax.axvline(need, color=ALERT_COLOR, lw=1.6, zorder=3)
+    ax.text(need, 1.005, f"needs {need:,.1f} GB", transform=ax.get_xaxis_transform(),
+            ha="center", va="bottom", fontsize=8, color=ALERT_COLOR)
+    ax.set_xlim(0, right)
+    ax.set_ylim(-0.7, len(gpus) - 0.3)
+    ax.set_xlabel("Memory one device offers to PyTorch (GB); * = in the guide's matrix")
+    n_fit = sum(fits)
+    ax.set_title(f"{report.model.name}: {report._settings_line()}\nfits on {n_fit} of "
+                 f"{len(gpus)} GPUs", fontsize=9)
+    return {"bars": bars, "labels": labels, "line": line, "gpus": gpus, "fits": fits}
+
+
+# ----- cost and time across environments ---------------------------------------------------
+def environment_row(row: Any) -> dict[str, Any]:
+    """Read one environment row (mapping or object) into name, cost, hours, tier, gpu, note."""
+    return {
+        "name": str(field(row, "name", "environment", "platform", default="?")),
+        "cost": field(row, "cost_usd", "cost", "total_cost"),
+        "hours": field(row, "hours", "time_hours", "wall_hours"),
+        "tier": str(field(row, "tier", default="")).lower(),
+        "gpu": field(row, "gpu", "gpu_name", default=""),
+        "note": str(field(row, "note", "reason", default="")),
+    }
+
+
+def draw_environment_costs(ax: Any, rows: Sequence[Any]) -> dict[str, Any]:
+    """Horizontal bars of a run's cost per environment, labelled with its time and GPU.
+
+    Rows without a cost (the run is not possible there) are listed with their note instead.
+    """
+    data = [environment_row(r) for r in rows]
+    if not data:
+        raise LessonkitError("draw_environment_costs needs at least one row.")
+    costs = [float(d["cost"]) if d["cost"] is not None else 0.0 for d in data]
+    y = list(range(len(data)))[::-1]  # first row on top
+    colors = [TIER_COLORS.get(d["tier"], "#4C72B0") for d in data]
+    bars = ax.barh(y, costs, height=0.6, color=colors, zorder=2)
+    right = max(costs + [1.0]) * 1.6
+    labels = []
+    for yi, d, cost in zip(y, data, costs):
+        if d["cost"] is None:
+            text, color = f"not possible: {d['note']}" if d["note"] else "not possible", ALERT_COLOR
+        else:
+            hours = d["hours"]
+            text = f"${cost:,.2f}"
+            if hours is not None:
+                text += f" · {float(hours):,.1f} h"
+            if d["gpu"]:
+                text += f" on {d['gpu']}"
+            color = "black"
+        labels.append(ax.text(cost + right * 0.01, yi, text, va="center", fontsize=7.5,
+                              color=color))
+    ax.set_yticks(y)
+    ax.set_yticklabels([d["name"] for d in data], fontsize=8)
+    ax.set_xlim(0, right)
+    ax.set_xlabel("Cost of the run (USD)")
+    return {"bars": bars, "labels": labels, "rows": data}
+
+
+# ----- the guide's decision flow -----------------------------------------------------------
+FLOW_NODES = {  # id: (text, x, y, shape)
+    "goal": ("Your project goal", 0.5, 0.9, "box"),
+    "size": ("Model size?", 0.5, 0.66, "diamond"),
+    "budget": ("Budget?", 0.3, 0.42, "diamond"),
+    "rtx4090": ("Local RTX 4090\nworkstation", 0.14, 0.13, "box"),
+    "colab_lambda": ("Google Colab (A100)\nor Lambda Labs", 0.47, 0.13, "box"),
+    "cluster": ("Multi-GPU cluster\n(8x A100s)", 0.82, 0.13, "box"),
+}
+FLOW_EDGES = {  # (from, to): label
+    ("goal", "size"): "", ("size", "budget"): "7B / 8B", ("size", "cluster"): "70B",
+    ("budget", "colab_lambda"): "Low", ("budget", "rtx4090"): "High",
+}
+HIGHLIGHT = "#F2C14E"
+
+
+def decision_path(model_size: object = None, budget: str | None = None) -> list[str]:
+    """The nodes the guide's flow visits for a model size ('7B', 8e9, '70B') and budget.
+
+    Sizes the guide has no branch for (e.g. 13B) stop at 'Model size?'.
+    """
+    path = ["goal", "size"]
+    if model_size is None:
+        return path
+    n = parse_count(model_size)
+    if 6.5e9 <= n <= 8.6e9:
+        path.append("budget")
+        if budget is not None:
+            path.append({"low": "colab_lambda", "high": "rtx4090"}[
+                choose(budget, ("low", "high"), "budget").lower()])
+    elif 65e9 <= n <= 75e9:
+        path.append("cluster")
+    return path
+
+
+def draw_decision_flow(ax: Any, path: Sequence[str] | None = None) -> dict[str, Any]:
+    """The guide's 'which hardware' flow as boxes and arrows, with ``path`` highlighted.
+
+    ``path`` is a list of node ids (see FLOW_NODES and ``decision_path``).
+    """
+    from matplotlib.patches import FancyBboxPatch, Rectangle
+
+    path = [choose(p, FLOW_NODES, "flow node") for p in (path or [])]
+    on_path = set(path)
+    path_edges = set(zip(path, path[1:]))
+    for a, b in path_edges:
+        if (a, b) not in FLOW_EDGES:
+            raise LessonkitError(f"The flow has no step from {a!r} to {b!r}.")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_axis_off()
+    for (x0, x1, title) in ((0.005, 0.275, "Consumer edge"), (0.305, 0.995, "Cloud core")):
+        ax.add_patch(Rectangle((x0, 0.02), x1 - x0, 0.23, fill=False, ls=":", ec="0.5", lw=1))
+        ax.text(x0 + 0.01, 0.235, title, fontsize=7.5, color="0.4", va="top")
+    nodes = {}
+    for key, (text, x, y, shape) in FLOW_NODES.items():
+        hot = key in on_path
+        idle = "white" if shape == "box" else "#E8EEF7"  # questions in a light blue
+        style = "round,pad=0.5" if shape == "box" else "round4,pad=0.6"
+        nodes[key] = ax.text(x, y, text, ha="center", va="center", fontsize=9,
+                             fontweight="bold" if hot else "normal", zorder=3,
+                             bbox=dict(boxstyle=style, fc=HIGHLIGHT if hot else idle,
+                                       ec="black" if hot else "0.45", lw=2 if hot else 1))
+    edges = {}
+    for (a, b), label in FLOW_EDGES.items():
+        hot = (a, b) in path_edges
+        (_, xa, ya, _), (_, xb, yb, _) = FLOW_NODES[a], FLOW_NODES[b]
+        # From the bottom of one box to the top of the next, clear of the boxes' padding.
+        edges[(a, b)] = ax.annotate(
+            "", xy=(0.5, 1.0), xycoords=nodes[b], xytext=(0.5, 0.0), textcoords=nodes[a],
+            zorder=2, arrowprops=dict(arrowstyle="-|>", lw=2.4 if hot else 1.0,
+                                      color="#B8860B" if hot else "0.45", shrinkA=7, shrinkB=8))
+        if label:
+            ax.text((xa + xb) / 2 + 0.015, (ya + yb) / 2, label, fontsize=8.5, ha="left",
+                    fontweight="bold" if hot else "normal", zorder=4,
+                    bbox=dict(fc="white", ec="none", pad=0.5))
+    return {"nodes": nodes, "edges": edges, "path": path}
+
+
+def is_highlighted(artist: Any) -> bool:
+    """True when a flow node drawn by draw_decision_flow is on the highlighted path."""
+    from matplotlib.colors import to_hex
+
+    return to_hex(artist.get_bbox_patch().get_facecolor()) == to_hex(HIGHLIGHT)
+

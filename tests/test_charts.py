@@ -1,0 +1,197 @@
+"""The course's matplotlib charts: what is drawn must be the numbers given, in fixed colours."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
+
+from lessonkit import charts
+from lessonkit.errors import LessonkitError
+from lessonkit.gpus import list_gpus
+from lessonkit.models import resolve_model
+from lessonkit.report import CATEGORIES, LABELS, MemoryReport
+from lessonkit.units import GB
+
+
+def make_report(model: str = "7B", **breakdown: float) -> MemoryReport:
+    return MemoryReport(model=resolve_model(model),
+                        settings={"method": "lora", "precision": "bf16-mixed",
+                                  "optimizer": "adamw", "batch_size": 2, "seq_len": 1024,
+                                  "lora_rank": 16},
+                        breakdown=breakdown, peak_phase="backward")
+
+
+SMALL = make_report(weights=13.5e9, gradients=0.02e9, optimizer=0.04e9, activations=3.1e9,
+                    logits=0.5e9, temporaries=0.2e9, cuda_context=0.4e9, allocator_margin=1.2e9)
+HUGE = make_report("70B", weights=140e9, gradients=140e9, optimizer=560e9, activations=20e9)
+
+
+def new_ax(width: float = 7.5, height: float = 3.6):
+    return Figure(figsize=(width, height)).add_subplot()
+
+
+def test_bar_segments_are_the_reports_numbers_stacked_in_category_order():
+    ax = new_ax()
+    chart = charts.draw_breakdown(ax, [SMALL, HUGE])
+    for i, report in enumerate([SMALL, HUGE]):
+        bottom = 0.0
+        for key in CATEGORIES:
+            patch = chart.containers[key].patches[i]
+            assert patch.get_height() == pytest.approx(report.breakdown[key] / GB)
+            assert patch.get_y() == pytest.approx(bottom)
+            bottom += report.breakdown[key] / GB
+        assert bottom == pytest.approx(report.total_bytes / GB)
+        assert chart.peak_texts[i].get_text() == f"{report.total_bytes / GB:,.1f} GB"
+    assert ax.get_ylim()[1] > HUGE.total_bytes / GB
+
+
+def test_colours_and_legend_match_the_categories():
+    ax = new_ax()
+    chart = charts.draw_breakdown(ax, SMALL)
+    for key in CATEGORIES:
+        assert to_hex(chart.containers[key].patches[0].get_facecolor()) == \
+            to_hex(charts.CATEGORY_COLORS[key])
+    texts = [t.get_text() for t in chart.legend.get_texts()]
+    assert texts == [LABELS[k] for k in reversed(CATEGORIES)]
+    for handle, key in zip(chart.legend.legend_handles, reversed(CATEGORIES)):
+        assert to_hex(handle.get_facecolor()) == to_hex(charts.CATEGORY_COLORS[key])
+    assert len(set(charts.CATEGORY_COLORS.values())) == len(charts.CATEGORY_COLORS)
+
+
+def test_extra_categories_are_stacked_as_other_and_join_the_legend():
+    report = make_report(weights=2e9, custom_buffers=1e9)
+    chart = charts.draw_breakdown(new_ax(), report)
+    assert chart.containers["other"].patches[0].get_height() == pytest.approx(1.0)
+    assert "Other" in [t.get_text() for t in chart.legend.get_texts()]
+    assert chart.peak_texts[0].get_text() == "3.0 GB"
+
+
+def test_gpu_size_lines_are_drawn_and_named_from_the_catalog():
+    chart = charts.draw_breakdown(new_ax(), SMALL)
+    assert [line.get_ydata()[0] for line in chart.gpu_lines] == list(charts.COMMON_GPU_SIZES_GB)
+    by_size = {size: text.get_text() for (size, _), text in zip(chart.lines, chart.gpu_texts)}
+    guide = {g.memory_gb: g.name for g in list_gpus(in_guide=True)}
+    for size in charts.COMMON_GPU_SIZES_GB:
+        assert by_size[size].startswith(f"{size:g} GB")
+        if size in guide:  # the guide's GPU of that size is named first
+            assert by_size[size].split(": ")[1].startswith(guide[size])
+    custom = charts.draw_breakdown(new_ax(), SMALL, gpu_sizes=[12, 32])
+    assert [line.get_ydata()[0] for line in custom.gpu_lines] == [12, 32]
+
+
+def test_a_run_larger_than_every_gpu_says_so_and_a_small_one_does_not():
+    biggest = max(list_gpus(), key=lambda g: g.usable_bytes)
+    chart = charts.draw_breakdown(new_ax(), HUGE)
+    note = chart.note.get_text()
+    assert "does not fit on any single GPU" in note and biggest.name in note
+    assert to_hex(chart.peak_texts[0].get_color()) == to_hex(charts.ALERT_COLOR)
+    chart.update(SMALL)
+    assert chart.note.get_text() == ""
+    fits_biggest = make_report(weights=biggest.usable_bytes - 1e9)
+    chart.update(fits_biggest)
+    assert chart.note.get_text() == ""
+
+
+def test_update_changes_the_same_artists_in_place():
+    ax = new_ax()
+    chart = charts.draw_breakdown(ax, SMALL)
+    patches = list(chart.containers["weights"].patches)
+    n_artists = len(ax.get_children())
+    chart.update(HUGE)
+    assert chart.containers["weights"].patches == patches
+    assert patches[0].get_height() == pytest.approx(140.0)
+    assert len(ax.get_children()) == n_artists
+    assert chart.heights()[0]["optimizer"] == pytest.approx(560.0)
+
+
+def test_bad_inputs_are_clear_errors():
+    with pytest.raises(LessonkitError, match="labels"):
+        charts.draw_breakdown(new_ax(), [SMALL, HUGE], labels=["one"])
+    with pytest.raises(LessonkitError, match="at least one"):
+        charts.draw_breakdown(new_ax(), [])
+    with pytest.raises(LessonkitError, match="at least one"):
+        charts.draw_gpu_fit(new_ax(), SMALL, [])
+
+
+def test_gpu_fit_colours_bars_by_the_catalogs_own_fit_test():
+    gpus = list_gpus()
+    report = make_report(weights=30e9)  # fits 40 GB cards and up, not 24/32 GB ones
+    ax = new_ax(7, 6)
+    drawn = charts.draw_gpu_fit(ax, report, gpus)
+    assert len(drawn["bars"].patches) == len(gpus)
+    for gpu, patch, label in zip(drawn["gpus"], drawn["bars"].patches, drawn["labels"]):
+        assert patch.get_width() == pytest.approx(gpu.usable_bytes / GB)
+        colour = charts.FIT_COLOR if gpu.fits(report) else charts.NO_FIT_COLOR
+        assert to_hex(patch.get_facecolor()) == to_hex(colour)
+        assert (patch.get_edgecolor()[3] > 0) == gpu.in_guide  # dark edge on the guide's GPUs
+        room = gpu.usable_bytes / GB - report.total_bytes / GB
+        expected = f"+{room:,.1f} GB free" if gpu.fits(report) else f"short by {-room:,.1f} GB"
+        assert label.get_text().startswith(expected)
+        if gpu.price_per_hour is not None:
+            assert f"{gpu.price_per_hour.low:.2f}" in label.get_text()
+    assert drawn["line"].get_xdata()[0] == pytest.approx(30.0)
+    assert any(gpu.fits(report) for gpu in gpus) and not all(gpu.fits(report) for gpu in gpus)
+    assert f"fits on {sum(g.fits(report) for g in gpus)} of {len(gpus)}" in ax.get_title()
+
+
+def test_environment_costs_draws_costs_and_marks_impossible_rows():
+    rows = [{"name": "Colab (free)", "cost": 0.0, "hours": 5.0, "tier": "hobbyist", "gpu": "T4"},
+            {"name": "Lambda", "cost_usd": 12.5, "hours": 3.2, "tier": "engineer",
+             "gpu": "A100 80GB"},
+            {"name": "SageMaker", "cost": None, "note": "no GPU large enough"}]
+    drawn = charts.draw_environment_costs(new_ax(), rows)
+    widths = [p.get_width() for p in drawn["bars"].patches]
+    assert widths == [0.0, 12.5, 0.0]
+    texts = [t.get_text() for t in drawn["labels"]]
+    assert texts[1] == "$12.50 · 3.2 h on A100 80GB"
+    assert texts[2] == "not possible: no GPU large enough"
+    assert to_hex(drawn["bars"].patches[1].get_facecolor()) == \
+        to_hex(charts.TIER_COLORS["engineer"])
+
+
+@pytest.mark.parametrize("size, budget, end", [
+    ("7B", "low", "colab_lambda"), ("8B", "High", "rtx4090"), (7e9, None, "budget"),
+    ("70B", "low", "cluster"), ("13B", "low", "size"), (None, None, "size"),
+])
+def test_decision_path_follows_the_guides_flow(size, budget, end):
+    path = charts.decision_path(size, budget)
+    assert path[:2] == ["goal", "size"] and path[-1] == end
+    for a, b in zip(path, path[1:]):
+        assert (a, b) in charts.FLOW_EDGES
+
+
+def test_decision_flow_highlights_exactly_the_path():
+    path = charts.decision_path("7B", "low")
+    drawn = charts.draw_decision_flow(new_ax(7, 4.5), path)
+    assert set(drawn["nodes"]) == set(charts.FLOW_NODES)
+    for key, artist in drawn["nodes"].items():
+        assert charts.is_highlighted(artist) == (key in path)
+    for edge, arrow in drawn["edges"].items():
+        hot = edge in set(zip(path, path[1:]))
+        assert (arrow.arrow_patch.get_linewidth() > 2) == hot
+    plain = charts.draw_decision_flow(new_ax(7, 4.5))
+    assert not any(charts.is_highlighted(a) for a in plain["nodes"].values())
+
+
+def test_decision_flow_rejects_bad_paths_and_budgets():
+    with pytest.raises(LessonkitError, match="flow node"):
+        charts.draw_decision_flow(new_ax(), ["goal", "moon"])
+    with pytest.raises(LessonkitError, match="no step"):
+        charts.draw_decision_flow(new_ax(), ["goal", "cluster"])
+    with pytest.raises(LessonkitError, match="budget"):
+        charts.decision_path("7B", "medium")
+
+
+def test_importing_charts_does_not_import_matplotlib():
+    code = ("import sys, lessonkit.charts; "
+            "print('matplotlib' in sys.modules, 'ipywidgets' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
