@@ -1,0 +1,886 @@
+"""Exercise checks: ``check("02.3", answer)`` says correct or not yet, inside the notebook.
+
+The question bank (kind, unit, tolerance, hints, key points) lives in ``data/exercises.json``.
+Every expected answer is computed here, when it is checked, from lessonkit itself (the
+calculator, the catalog, the bandwidth table), so it cannot drift from what the course teaches.
+Odd answers (None, text where a number is expected, a list, NaN) never raise: they get feedback.
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+import io
+import json
+import math
+import re
+import sys
+import types
+from contextlib import redirect_stdout
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Callable, Iterable
+
+from .errors import LessonkitError, normalise_name, unknown_name_message
+from .units import GB, GiB
+
+STATUSES = ("correct", "not yet", "not answered", "self-check")
+PLACEHOLDER_TEXT = "Your answer here"
+_COLOURS = {"correct": "#2e7d32", "not yet": "#e65100", "not answered": "#757575",
+            "self-check": "#1565c0"}
+_ICONS = {"correct": "✔", "not yet": "✘", "not answered": "…", "self-check": "☐"}
+
+
+# ----- the result ---------------------------------------------------------------------------
+@dataclass
+class CheckResult:
+    """Feedback on one answer. ``correct`` is None when there is nothing to grade."""
+
+    question_id: str
+    title: str
+    status: str
+    message: str
+    hint: str = ""
+    tolerance: str = ""
+    details: list[str] = field(default_factory=list)
+    _shown_in: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def correct(self) -> bool | None:
+        return {"correct": True, "not yet": False}.get(self.status)
+
+    def __str__(self) -> str:
+        lines = [f"{self.question_id} {self.title}: {self.status.upper()}", self.message]
+        lines += [f"  {d}" for d in self.details]
+        if self.tolerance:
+            lines.append(self.tolerance)
+        if self.hint:
+            lines.append(f"Hint: {self.hint}")
+        return "\n".join(line for line in lines if line)
+
+    def __repr__(self) -> str:
+        return f"<CheckResult {self.question_id}: {self.status}>"
+
+    def _repr_html_(self) -> str:
+        colour = _COLOURS.get(self.status, "#555")
+        esc = html.escape
+        details = "".join(f"<li>{esc(d)}</li>" for d in self.details)
+        parts = [
+            f"<div class='lessonkit-check' data-question='{esc(self.question_id)}' "
+            f"data-status='{esc(self.status)}' style='border-left:4px solid {colour};"
+            f"padding:4px 10px;margin:4px 0'>",
+            f"<b style='color:{colour}'>{_ICONS.get(self.status, '')} {esc(self.question_id)} "
+            f"{esc(self.title)}: {esc(self.status)}</b>",
+            f"<div>{esc(self.message)}</div>",
+            f"<ul style='margin:2px 0'>{details}</ul>" if details else "",
+            f"<div><small>{esc(self.tolerance)}</small></div>" if self.tolerance else "",
+            f"<div><i>Hint: {esc(self.hint)}</i></div>" if self.hint else "",
+            "</div>",
+        ]
+        return "".join(parts)
+
+    def _ipython_display_(self) -> None:
+        # check() has already shown this result in the current cell: don't show it twice
+        # when it is also the cell's last expression.
+        shell = _ipython()
+        if shell is not None and self._shown_in == shell.execution_count:
+            self._shown_in = None
+            return
+        from IPython.display import display
+
+        display({"text/plain": str(self), "text/html": self._repr_html_()}, raw=True)
+
+
+def _ipython() -> Any:
+    module = sys.modules.get("IPython")
+    return module.get_ipython() if module is not None else None
+
+
+# ----- the bank -----------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def _bank() -> dict[str, dict[str, Any]]:
+    text = resources.files("lessonkit").joinpath("data/exercises.json").read_text(encoding="utf-8")
+    return json.loads(text)["questions"]
+
+
+def question_ids(section: str | None = None) -> list[str]:
+    """The question ids, all or those of one section ('01' or '01_vram_equation')."""
+    ids = list(_bank())
+    if section is None:
+        return ids
+    prefix = str(section)[:2]
+    return [qid for qid in ids if qid.startswith(prefix + ".")]
+
+
+def _question(question_id: object) -> tuple[str, dict[str, Any]]:
+    qid = str(question_id).strip()
+    match = re.fullmatch(r"(\d{1,2})\.(\d+)", qid)
+    if match:
+        qid = f"{int(match.group(1)):02d}.{match.group(2)}"
+    if qid not in _bank():
+        same_section = question_ids(qid[:2]) if re.fullmatch(r"\d\d\..*", qid) else []
+        if same_section:
+            raise LessonkitError(f"Unknown question id {str(question_id)!r}. Section {qid[:2]} has "
+                                 f"{', '.join(same_section)}.")
+        close = difflib.get_close_matches(qid, question_ids(), n=3, cutoff=0.6)
+        hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise LessonkitError(f"Unknown question id {str(question_id)!r}.{hint} "
+                             f"Question ids: {', '.join(question_ids())}.")
+    return qid, _bank()[qid]
+
+
+def hint(question_id: str) -> str:
+    """The hint of a question (also shown by check when an answer is not right yet)."""
+    return _question(question_id)[1]["hint"]
+
+
+def answer_key(question_id: str) -> Any:
+    """The expected answer, computed now from lessonkit (what check compares against)."""
+    qid, _ = _question(question_id)
+    return _EXPECTED[qid]()
+
+
+# ----- check --------------------------------------------------------------------------------
+def check(question_id: str, answer: object = ..., *, show: bool = True) -> CheckResult:
+    """Check an answer and show the feedback (HTML in a notebook, text elsewhere).
+
+    An untouched placeholder (``...``, None, "Your answer here") reports "not answered" and
+    never stops the notebook; neither does any other odd answer.
+    """
+    qid, question = _question(question_id)
+    kind = question["kind"]
+    title = question.get("title", "")
+    if _is_placeholder(answer):
+        result = CheckResult(qid, title, "not answered",
+                             "Not answered yet: replace the placeholder with your answer and run "
+                             "this cell again.")
+    else:
+        result = _CHECKERS[kind](qid, question, answer)
+        if result.status == "not yet" and not result.hint:
+            result.hint = question.get("hint", "")
+        if result.status == "correct" and question.get("explanation"):
+            result.message += " " + question["explanation"]
+    if show:
+        _show(result)
+    return result
+
+
+def _show(result: CheckResult) -> None:
+    shell = _ipython()
+    if shell is None:
+        print(result)
+        return
+    from IPython.display import display
+
+    display(result)
+    result._shown_in = shell.execution_count
+
+
+def _is_placeholder(answer: object) -> bool:
+    if answer is ... or answer is None:
+        return True
+    if isinstance(answer, str):
+        key = normalise_name(answer)
+        return not key or key.startswith(normalise_name(PLACEHOLDER_TEXT))
+    return False
+
+
+def _describe(answer: object) -> str:
+    text = repr(answer)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ----- numbers with units -------------------------------------------------------------------
+# Unit words accepted for each kind of quantity, as a factor to the quantity's base unit.
+_UNITS: dict[str, dict[str, float]] = {
+    "GB": {"b": 1, "byte": 1, "bytes": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40},
+    "s": {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "ms": 1e-3,
+          "millisecond": 1e-3, "milliseconds": 1e-3, "min": 60, "mins": 60, "minute": 60,
+          "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600},
+    "h": {"h": 1, "hr": 1, "hrs": 1, "hour": 1, "hours": 1, "min": 1 / 60, "minutes": 1 / 60,
+          "d": 24, "day": 24, "days": 24},
+    "$": {"usd": 1, "dollar": 1, "dollars": 1},
+    "$/h": {"usd": 1, "dollar": 1, "dollars": 1},
+    "x": {"x": 1, "×": 1, "times": 1},
+    "B/param": {"b": 1, "byte": 1, "bytes": 1},
+    "params": {"k": 1e3, "m": 1e6, "million": 1e6, "b": 1e9, "billion": 1e9},
+    "GPUs": {"gpu": 1, "gpus": 1},
+    "GiB": {"gib": 1, "gb": GB / GiB, "mib": 1 / 1024, "b": 1 / GiB, "bytes": 1 / GiB},
+    "": {},
+}
+# Words that only restate the unit ("$1.29 per hour", "16 bytes/param"): dropped before lookup.
+_UNIT_NOISE = {
+    "$/h": ("perhour", "anhour", "/hour", "/hr", "/h", "pergpu", "/gpu", "$"),
+    "$": ("$",),
+    "B/param": ("perparameter", "perparam", "/parameter", "/param"),
+}
+_NUMBER_RE = re.compile(r"\s*(?:us)?\$?\s*([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*")
+
+
+class _Unreadable(Exception):
+    """The answer could not be read as the kind of value the question wants."""
+
+
+def _read_number(answer: object, unit: str) -> float:
+    """An answer as a float in the question's base unit (bytes for 'GB'), or _Unreadable."""
+    example = f"a number such as {_EXAMPLES.get(unit, '42')}"
+    if isinstance(answer, bool) or isinstance(answer, (list, tuple, set, dict)):
+        raise _Unreadable(f"Expected one number ({example}), got {_describe(answer)}.")
+    if isinstance(answer, str):
+        match = _NUMBER_RE.fullmatch(answer)
+        if not match:
+            raise _Unreadable(f"Could not read {_describe(answer)} as {example}.")
+        digits, unit_text = match.groups()
+        if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d*)?", digits):
+            digits = digits.replace(",", "")
+        elif digits.count(",") == 1 and "." not in digits:
+            digits = digits.replace(",", ".")  # a decimal comma
+        try:
+            value = float(digits)
+        except ValueError:
+            raise _Unreadable(f"Could not read {_describe(answer)} as {example}.") from None
+        key = unit_text.lower().replace(" ", "")
+        for noise in _UNIT_NOISE.get(unit, ()):
+            key = key.replace(noise, "")
+        if key:
+            factors = _UNITS.get(unit, {})
+            if key not in factors:
+                allowed = ", ".join(sorted(factors)) or "no unit"
+                raise _Unreadable(f"Could not read the unit {unit_text!r} in {_describe(answer)}; "
+                                  f"use {allowed}.")
+            value *= factors[key]
+        elif unit == "GB":
+            value = _bare_bytes(value)
+    else:
+        try:
+            value = float(answer)  # int, float, numpy scalars
+        except (TypeError, ValueError, OverflowError):
+            raise _Unreadable(f"Expected {example}, got {_describe(answer)}.") from None
+        if unit == "GB":
+            value = _bare_bytes(value)
+    if not math.isfinite(value):
+        raise _Unreadable(f"Expected a finite number ({example}), got {_describe(answer)}.")
+    return value
+
+
+def _bare_bytes(value: float) -> float:
+    # A bare number is GB unless it is clearly a byte count (16 -> 16 GB, 16e9 -> 16e9 bytes).
+    return value if abs(value) >= 1e5 else value * GB
+
+
+_EXAMPLES = {"GB": "'13.5 GB' or 13.5 (GB)", "s": "'0.15 s' or 0.15 (seconds)",
+             "h": "'10 h' or 10 (hours)", "$": "'$12.50' or 12.5", "$/h": "'$1.29/h' or 1.29",
+             "x": "'4x' or 4", "B/param": "'16 B/param' or 16", "params": "'8.4M' or 8.4e6",
+             "GPUs": "2", "GiB": "'14.9 GiB' or 14.9"}
+
+
+def _format(value: float, unit: str) -> str:
+    if unit == "GB":
+        return f"{value / GB:,.{2 if abs(value) < 10 * GB else 1}f} GB"
+    if unit in ("$", "$/h"):
+        return f"${value:,.2f}{'/h' if unit == '$/h' else ''}"
+    if unit == "params":
+        return f"{value / 1e6:,.2f}M" if value < 1e9 else f"{value / 1e9:,.2f}B"
+    if unit == "GiB":
+        return f"{value:,.2f} GiB"
+    if unit == "x":
+        return f"{value:,.3g}x"
+    text = f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return f"{text} {unit}".strip()
+
+
+def _tolerance(question: dict[str, Any]) -> tuple[float, float, str]:
+    rel = float(question.get("tolerance", 0.05))
+    absolute = float(question.get("abs_tolerance", 0))
+    unit = question.get("unit", "")
+    if absolute:
+        text = f"Accepted within ±{_format(absolute, unit)} of lessonkit's value."
+    else:
+        text = f"Accepted within ±{rel:.0%} of lessonkit's value."
+    return rel, absolute, text
+
+
+def _compare(value: float, expected: float, question: dict[str, Any]) -> tuple[bool, str]:
+    """(within tolerance, a teaching remark when not)."""
+    rel, absolute, _ = _tolerance(question)
+    if abs(value - expected) <= max(absolute, rel * abs(expected)):
+        return True, ""
+    remark = "too high" if value > expected else "too low"
+    if expected and value:
+        ratio = value / expected
+        for mistake in question.get("mistakes", []):
+            if abs(ratio / mistake["ratio"] - 1) <= max(rel, 0.02):
+                return False, f"{remark}. {mistake['hint']}"
+        if abs(ratio - GiB / GB) < 0.01 or abs(ratio - GB / GiB) < 0.01:
+            return False, f"{remark}: by exactly the GiB/GB factor. Check GB (10^9) against GiB (2^30)."
+        exponent = math.log10(abs(ratio))
+        if abs(exponent) >= 2.5 and abs(exponent - round(exponent)) < 0.05:
+            return False, f"{remark} by a factor of about 10^{round(exponent)}: check your units."
+    return False, remark + "."
+
+
+def _check_number(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
+    unit, title = question.get("unit", ""), question.get("title", "")
+    tolerance = _tolerance(question)[2]
+    try:
+        value = _read_number(answer, unit)
+    except _Unreadable as err:
+        return CheckResult(qid, title, "not yet", str(err), tolerance=tolerance)
+    expected = float(_EXPECTED[qid]())
+    ok, remark = _compare(value, expected, question)
+    if ok:
+        return CheckResult(qid, title, "correct",
+                           f"Correct: {_format(value, unit)} (lessonkit: {_format(expected, unit)}).",
+                           tolerance=tolerance)
+    return CheckResult(qid, title, "not yet", f"Not yet: {_format(value, unit)} is {remark}",
+                       tolerance=tolerance)
+
+
+def _check_table(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
+    unit, title = question.get("unit", ""), question.get("title", "")
+    tolerance = _tolerance(question)[2]
+    expected: dict[str, float] = _EXPECTED[qid]()
+    if not isinstance(answer, dict):
+        return CheckResult(qid, title, "not yet",
+                           f"Expected a dict with one entry per row ({', '.join(expected)}), "
+                           f"got {_describe(answer)}.", tolerance=tolerance)
+    by_key = {normalise_name(k): k for k in expected}
+    for row, aliases in _row_aliases(question).items():
+        by_key |= {normalise_name(alias): row for alias in aliases if row in expected}
+    given: dict[str, object] = {}
+    details, unknown = [], []
+    for key, value in answer.items():
+        row = by_key.get(normalise_name(key))
+        if row is None:
+            unknown.append(str(key))
+        else:
+            given[row] = value
+    right = 0
+    for row, exp in expected.items():
+        if row not in given or _is_placeholder(given[row]):
+            details.append(f"{row}: missing")
+            continue
+        try:
+            value = _read_number(given[row], unit)
+        except _Unreadable as err:
+            details.append(f"{row}: {err}")
+            continue
+        ok, remark = _compare(value, float(exp), question)
+        right += ok
+        details.append(f"{row}: {_format(value, unit)} " + ("✔" if ok else f"✘ {remark}"))
+    for key in unknown:
+        details.append(unknown_name_message(key, expected, "row").replace("Allowed", "Rows"))
+    if right == len(expected) and not unknown:
+        return CheckResult(qid, title, "correct", f"Correct: all {right} rows match lessonkit.",
+                           tolerance=tolerance, details=details)
+    return CheckResult(qid, title, "not yet", f"Not yet: {right} of {len(expected)} rows match.",
+                       tolerance=tolerance, details=details)
+
+
+def _row_aliases(question: dict[str, Any]) -> dict[str, list[str]]:
+    aliases = dict(question.get("row_aliases", {}))
+    if question.get("rows_from") == "bandwidth":
+        aliases |= {link["name"]: link.get("aliases", []) for link in _bandwidth_data()}
+    return aliases
+
+
+# ----- choices ------------------------------------------------------------------------------
+def _options(question: dict[str, Any]) -> dict[str, str]:
+    """normalised alias -> option name."""
+    table: dict[str, str] = {}
+    for option in question.get("options", []):
+        name, aliases = (option, []) if isinstance(option, str) else (option["name"], option["aliases"])
+        for alias in [name, *aliases]:
+            table[normalise_name(alias)] = name
+    return table
+
+
+def _pick(raw: object, question: dict[str, Any]) -> str:
+    """The option an answer names, or _Unreadable with close matches."""
+    if isinstance(raw, bool) and "yes" in _options(question).values():
+        return "yes" if raw else "no"
+    if not isinstance(raw, str):
+        raise _Unreadable(f"Expected the name of an option (a string), got {_describe(raw)}.")
+    source = question.get("options_from")
+    if source:
+        try:
+            return _CATALOGS[source](raw)
+        except LessonkitError as err:
+            raise _Unreadable(str(err)) from None
+    table = _options(question)
+    key = normalise_name(raw)
+    if key in table:
+        return table[key]
+    names = list(dict.fromkeys(table.values()))
+    raise _Unreadable(unknown_name_message(raw, names, "option").replace("Allowed:", "Options:"))
+
+
+def _check_choice(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
+    title, multi = question.get("title", ""), question["kind"] == "multi"
+    expected = _EXPECTED[qid]()
+    accepted = {expected} if isinstance(expected, str) else set(expected)
+    if multi:
+        raw = [answer] if isinstance(answer, str) else answer
+        if not isinstance(raw, (list, tuple, set, frozenset)):
+            return CheckResult(qid, title, "not yet",
+                               f"Expected a list of options, got {_describe(answer)}.")
+    elif isinstance(answer, (list, tuple, set, frozenset)):
+        return CheckResult(qid, title, "not yet", "Pick one option (a string), not a list.")
+    try:
+        picks = {_pick(item, question) for item in raw} if multi else {_pick(answer, question)}
+    except _Unreadable as err:
+        return CheckResult(qid, title, "not yet", str(err))
+    shown = ", ".join(sorted(picks)) or "nothing"
+    if (picks == accepted) if multi else (picks <= accepted):
+        return CheckResult(qid, title, "correct", f"Correct: {shown}.")
+    if multi:
+        wrong, missing = len(picks - accepted), len(accepted - picks)
+        parts = ([f"{wrong} of your picks {'is' if wrong == 1 else 'are'} not right"] if wrong else []) + (
+            [f"{missing} right option{'s are' if missing > 1 else ' is'} missing"] if missing else [])
+        return CheckResult(qid, title, "not yet", f"Not yet: {' and '.join(parts)}.")
+    return CheckResult(qid, title, "not yet", f"Not yet: {shown} is not the answer.")
+
+
+# ----- free text: a self-check, not a grade ------------------------------------------------
+def _check_text(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
+    title = question.get("title", "")
+    if not isinstance(answer, str):
+        return CheckResult(qid, title, "not yet",
+                           f"Write your answer as text (a string in quotes), got {_describe(answer)}.")
+    words = len(answer.split())
+    if words < 8:
+        return CheckResult(qid, title, "not yet",
+                           f"Only {words} word{'s' if words != 1 else ''}: explain in a few sentences.")
+    text = answer.lower()
+    details, found = [], 0
+    for point in question["key_points"]:
+        hit = any(re.search(pattern, text) for pattern in point["patterns"])
+        found += hit
+        details.append(("✔ " if hit else "☐ ") + point["point"])
+    return CheckResult(
+        qid, title, "self-check",
+        f"Self-check, not a grade: your answer seems to touch {found} of {len(details)} key points. "
+        "Compare it with each point below; the solution notebook explains them.",
+        details=details)
+
+
+def key_points_found(question_id: str, answer: str) -> tuple[int, int]:
+    """(key points an answer mentions, key points) for a free-text question."""
+    result = check(question_id, answer, show=False)
+    return sum(d.startswith("✔") for d in result.details), len(result.details)
+
+
+# ----- code: run the student's function against a fake torch --------------------------------
+def _fake_torch(total_memory: int | None, name: str = "Tesla T4") -> types.ModuleType:
+    """A torch stand-in with today's CUDA API and no ``get_total_memory`` (it never existed)."""
+    torch = types.ModuleType("torch")
+    cuda = types.ModuleType("torch.cuda")
+    available = total_memory is not None
+
+    def no_gpu(*_args: object, **_kwargs: object) -> Any:
+        raise RuntimeError("No CUDA GPUs are available")
+
+    cuda.is_available = lambda: available
+    cuda.device_count = lambda: 1 if available else 0
+    if available:
+        props = types.SimpleNamespace(name=name, total_memory=total_memory, major=7, minor=5,
+                                      multi_processor_count=40)
+        cuda.get_device_name = lambda device=0: name
+        cuda.get_device_properties = lambda device=0: props
+        cuda.mem_get_info = lambda device=0: (total_memory - 300 * 2**20, total_memory)
+        cuda.get_device_capability = lambda device=0: (7, 5)
+    else:
+        cuda.get_device_name = cuda.get_device_properties = cuda.mem_get_info = no_gpu
+        cuda.get_device_capability = no_gpu
+    torch.cuda = cuda
+    return torch
+
+
+def _run_with_fake_torch(fn: Callable[[], Any], torch: types.ModuleType) -> str:
+    """Call ``fn()`` with ``torch`` bound to the fake (global name and import); its printout."""
+    patched = types.FunctionType(fn.__code__, {**fn.__globals__, "torch": torch},
+                                 fn.__name__, fn.__defaults__, fn.__closure__)
+    saved = sys.modules.get("torch"), sys.modules.get("torch.cuda")
+    sys.modules["torch"], sys.modules["torch.cuda"] = torch, torch.cuda
+    out = io.StringIO()
+    try:
+        with redirect_stdout(out):
+            patched()
+    finally:
+        for key, module in zip(("torch", "torch.cuda"), saved):
+            if module is None:
+                sys.modules.pop(key, None)
+            else:
+                sys.modules[key] = module
+    return out.getvalue()
+
+
+def _check_function(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
+    title = question.get("title", "")
+    if not callable(answer) or not hasattr(answer, "__code__"):
+        return CheckResult(qid, title, "not yet",
+                           f"Pass your function itself (its name, without brackets), got {_describe(answer)}.")
+    cases = _EXPECTED[qid]()
+    details, passed = [], 0
+    for label, torch, verify in cases:
+        try:
+            printed = _run_with_fake_torch(answer, torch)
+        except NotImplementedError:
+            return CheckResult(qid, title, "not answered",
+                               "Not answered yet: replace the `raise NotImplementedError` line.")
+        except Exception as err:  # the student's code failed: that is the feedback
+            details.append(f"✘ {label}: raised {type(err).__name__}: {err}")
+            continue
+        problem = verify(printed)
+        passed += problem is None
+        details.append(f"✔ {label}" if problem is None else f"✘ {label}: {problem}")
+    if passed == len(cases):
+        return CheckResult(qid, title, "correct", f"Correct: your function passes all {passed} cases.",
+                           details=details)
+    return CheckResult(qid, title, "not yet", f"Not yet: {passed} of {len(cases)} cases pass.",
+                       details=details)
+
+
+_CHECKERS: dict[str, Callable[[str, dict[str, Any], object], CheckResult]] = {
+    "number": _check_number, "table": _check_table, "choice": _check_choice,
+    "multi": _check_choice, "text": _check_text, "function": _check_function,
+}
+
+# Catalog-backed choices: resolve any spelling of a name to its canonical record name.
+_CATALOGS: dict[str, Callable[[str], str]] = {}
+
+# question id -> a function computing the expected answer from lessonkit, filled below.
+_EXPECTED: dict[str, Callable[[], Any]] = {}
+
+
+def _expects(*qids: str) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
+    def register(fn: Callable[[], Any]) -> Callable[[], Any]:
+        for qid in qids:
+            _EXPECTED[qid] = fn
+        return fn
+    return register
+
+
+# ----- the bandwidth ladder -----------------------------------------------------------------
+@lru_cache(maxsize=1)
+def _bandwidth_data() -> list[dict[str, Any]]:
+    text = resources.files("lessonkit").joinpath("data/bandwidth.json").read_text(encoding="utf-8")
+    return json.loads(text)["links"]
+
+
+def bandwidth_ladder() -> list[dict[str, Any]]:
+    """The links data crosses on its way to the GPU's cores, slowest first.
+
+    Each is a dict with name, what, bandwidth_gbs (decimal GB/s), source and as_of; GPU memory
+    rows take their figure from the GPU catalog.
+    """
+    from .gpus import get_gpu
+
+    rows = []
+    for link in _bandwidth_data():
+        row = {k: v for k, v in link.items() if k != "aliases"}
+        if "gpu" in link:
+            gpu = get_gpu(link["gpu"])
+            row.update(bandwidth_gbs=float(gpu.bandwidth_gbs), source=gpu.source, as_of=gpu.as_of)
+        rows.append(row)
+    return sorted(rows, key=lambda r: r["bandwidth_gbs"])
+
+
+# ----- expected answers, computed from lessonkit ---------------------------------------------
+def _estimate(model: object = "7B", **settings: Any) -> Any:
+    from .vram import estimate
+
+    return estimate(model, **settings)
+
+
+def _gpu(name: str) -> Any:
+    from .gpus import get_gpu
+
+    return get_gpu(name)
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _resolve_category(raw: str) -> str:
+    from .report import CATEGORIES, LABELS
+
+    table = {normalise_name(k): k for k in CATEGORIES}
+    table |= {normalise_name(label): key for key, label in LABELS.items()}
+    table |= {normalise_name(label.split()[0]): key for key, label in LABELS.items()}
+    key = normalise_name(raw)
+    if key not in table:
+        raise LessonkitError(unknown_name_message(raw, CATEGORIES, "category"))
+    return table[key]
+
+
+def _resolve_method(raw: str) -> str:
+    from .errors import choose
+    from .options import METHODS
+
+    return choose(raw, METHODS, "method")
+
+
+def _resolve_environment(raw: str) -> str:
+    from .environments import get_environment
+
+    return get_environment(raw).name
+
+
+def _resolve_model(raw: str) -> str:
+    from .models import get_preset
+
+    return get_preset(raw).name
+
+
+_CATALOGS.update(gpus=lambda raw: _gpu(raw).name, environments=_resolve_environment,
+                 categories=_resolve_category, methods=_resolve_method, models=_resolve_model)
+
+# The precision each method is taught with: mixed precision for full fine-tuning, a 16-bit
+# base (bf16 compute) for LoRA and QLoRA.
+_METHOD_PRECISION = {"full": "bf16-mixed", "lora": "bf16", "qlora": "bf16"}
+
+
+def _method_run(model: object, method: str, **settings: Any) -> Any:
+    return _estimate(model, method=method, precision=_METHOD_PRECISION[method], **settings)
+
+
+@_expects("01.1")
+def _weights_16bit() -> float:
+    return _estimate("7B", precision="bf16").breakdown["weights"]
+
+
+@_expects("01.2")
+def _bytes_per_param_full() -> float:
+    report = _estimate("7B", precision="bf16-mixed", optimizer="adamw")
+    b = report.breakdown
+    return (b["weights"] + b["gradients"] + b["optimizer"]) / report.model.n_params
+
+
+@_expects("01.3")
+def _optimizer_over_weights() -> float:
+    states = _estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown["optimizer"]
+    return states / _estimate("7B", precision="bf16").breakdown["weights"]
+
+
+@_expects("01.4")
+def _lora_params() -> float:
+    from .models import resolve_model
+
+    return resolve_model("7B").lora_params(16, ("q_proj", "v_proj"))
+
+
+@_expects("01.5")
+def _largest_category() -> str:
+    breakdown = _estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown
+    return max(breakdown, key=breakdown.get)
+
+
+def _full_7b(**change: Any) -> Any:
+    base = dict(_bank()["02.3"]["base"])
+    return _estimate(base.pop("model"), **(base | change))
+
+
+@_expects("02.1")
+def _full_7b_peak() -> float:
+    return _full_7b().total_bytes
+
+
+@_expects("02.2")
+def _full_7b_fits_a100() -> str:
+    return _yes_no(_gpu("A100 80GB").fits(_full_7b()))
+
+
+@_expects("02.3")
+def _changes_that_fit() -> set[str]:
+    a100 = _gpu("A100 80GB")
+    return {o["name"] for o in _bank()["02.3"]["options"] if a100.fits(_full_7b(**o["settings"]))}
+
+
+def _lora_7b_batch4() -> Any:
+    return _estimate("7B", method="lora", precision="bf16", batch_size=4, seq_len=1024)
+
+
+@_expects("02.4")
+def _smallest_matrix_gpu() -> set[str]:
+    from .gpus import list_gpus
+
+    run = _lora_7b_batch4()
+    fitting = [g for g in list_gpus(in_guide=True) if g.fits(run)]
+    least = min(g.usable_bytes for g in fitting)
+    return {g.name for g in fitting if g.usable_bytes == least}
+
+
+@_expects("02.5")
+def _methods_for_70b_on_a100() -> set[str]:
+    from .options import METHODS
+
+    a100 = _gpu("A100 80GB")
+    return {m for m in METHODS if a100.fits(_method_run("llama-2-70b", m))}
+
+
+def _cheapest_environments(run: Any) -> set[str]:
+    """Names of the rentable environments whose cheapest single GPU that fits ``run`` costs least."""
+    from .environments import list_environments
+
+    prices = {}
+    for env in list_environments():
+        if env.tier == 0:  # your own hardware is bought, not rented
+            continue
+        fitting = [o.price_per_hour.typical for o in env.offers
+                   if 1 in o.counts and not o.broken and o.gpu.fits(run)]
+        if fitting:
+            prices[env.name] = min(fitting)
+    cheapest = min(prices.values())
+    return {name for name, price in prices.items() if price == cheapest}
+
+
+@_expects("03.1")
+def _cheapest_for_qlora() -> set[str]:
+    return _cheapest_environments(_estimate("7B", method="qlora", precision="bf16"))
+
+
+@_expects("03.2")
+def _cheapest_for_lora_batch4() -> set[str]:
+    return _cheapest_environments(_lora_7b_batch4())
+
+
+def _price(environment: str, gpu: str) -> float:
+    from .environments import get_environment
+
+    return get_environment(environment).offer(gpu).price_per_hour.typical
+
+
+@_expects("03.3")
+def _ten_hours_on_lambda() -> float:
+    return _price("lambda", "A100 80GB") * 10
+
+
+@_expects("03.4")
+def _sagemaker_over_lambda() -> float:
+    return _price("sagemaker", "A100 80GB") / _price("lambda", "A100 80GB")
+
+
+@_expects("03.5")
+def _lora_batch4_fits_t4() -> str:
+    return _yes_no(_gpu("T4").fits(_lora_7b_batch4()))
+
+
+def _fewest_a100s(method: str, **settings: Any) -> int:
+    a100 = _gpu("A100 80GB")
+    for n in range(1, 257):
+        if a100.fits(_method_run("llama-2-70b", method, n_gpus=n, zero_stage=3, **settings)):
+            return n
+    raise LessonkitError(f"{method} of 70B does not fit on 256 A100s")
+
+
+@_expects("04.1")
+def _a100s_for_full_70b() -> int:
+    return _fewest_a100s("full")
+
+
+@_expects("04.2")
+def _a100s_for_lora_70b() -> int:
+    return _fewest_a100s("lora")
+
+
+@_expects("04.3")
+def _methods_on_8_a100s() -> set[str]:
+    from .options import METHODS
+
+    a100 = _gpu("A100 80GB")
+    return {m for m in METHODS
+            if a100.fits(_method_run("llama-2-70b", m, n_gpus=8, zero_stage=3))}
+
+
+@_expects("04.4")
+def _gpus_under_half_a_dollar() -> set[str]:
+    from .gpus import list_gpus
+
+    run = _estimate("llama-3.1-8b", method="qlora", precision="bf16", batch_size=4, seq_len=1024)
+    return {g.name for g in list_gpus()
+            if g.price_per_hour is not None and g.price_per_hour.typical <= 0.5 and g.fits(run)}
+
+
+def _vram_printed(total_memory: int) -> Callable[[str], str | None]:
+    """A verifier: the printout must state this total, in GB or GiB, with the right label."""
+    gb, gib = total_memory / GB, total_memory / GiB
+
+    def verify(printed: str) -> str | None:
+        found = re.findall(r"(\d+(?:\.\d+)?)\s*(GiB|GB)\b", printed)
+        for number, label in found:
+            if abs(float(number) - (gib if label == "GiB" else gb)) < 0.011:
+                return None
+        for number, label in found:
+            if label == "GB" and abs(float(number) - gib) < 0.011:
+                return (f"it prints {number} GB, but {number} is the size in GiB "
+                        "(divided by 1024**3): label it GiB, or divide by 10**9 for GB")
+        if found:
+            return f"the total it prints ({' '.join(found[0])}) is not this GPU's memory"
+        return "it does not print the total memory with a unit (GB or GiB)"
+    return verify
+
+
+@_expects("05.1")
+def _health_check_cases() -> list[tuple[str, types.ModuleType, Callable[[str], str | None]]]:
+    cases = []
+    for name in ("T4", "A100 80GB"):
+        total = _gpu(name).usable_bytes
+        cases.append((f"with one {name} ({total:,} bytes)", _fake_torch(total, f"NVIDIA {name}"),
+                      _vram_printed(total)))
+    cases.append(("on a machine without a GPU", _fake_torch(None),
+                  lambda printed: None if printed.strip() else "it prints nothing"))
+    return cases
+
+
+@_expects("05.2")
+def _t4_in_gib() -> float:
+    return _gpu("T4").memory_bytes / GiB
+
+
+@_expects("05.3")
+def _t4_native_bf16() -> str:
+    return _yes_no(_gpu("T4").native_bf16)
+
+
+@_expects("05.4")
+def _p100_capability() -> float:
+    return float(_gpu("P100").compute_capability)
+
+
+@_expects("05.5")
+def _guide_success_right() -> str:
+    return _yes_no(_lora_7b_batch4().total_bytes <= 16 * GiB)
+
+
+@_expects("06.1")
+def _pass_times() -> dict[str, float]:
+    weights = float(_bank()["06.1"]["weights_gb"]) * GB
+    return {link["name"]: weights / (link["bandwidth_gbs"] * GB) for link in bandwidth_ladder()}
+
+
+@_expects("06.2")
+def _pcie4_over_hbm3() -> float:
+    speed = {link["name"]: link["bandwidth_gbs"] for link in bandwidth_ladder()}
+    return speed["HBM3 (H100 SXM)"] / speed["PCIe 4.0 x16"]
+
+
+@_expects("06.4")
+def _fourteen_gb_model() -> dict[str, float]:
+    report = _estimate("7B", method="full", precision="bf16", optimizer="adamw",
+                       batch_size=1, seq_len=512)
+    return {row: report.breakdown[row] for row in _bank()["06.4"]["rows"]}
+
+
+@_expects("06.6")
+def _largest_qlora_preset() -> set[str]:
+    from .models import get_preset, preset_names
+
+    gpu = _gpu("RTX 4090")
+    fitting = [get_preset(n) for n in preset_names()
+               if gpu.fits(_estimate(n, method="qlora", precision="bf16"))]
+    most = max(spec.n_params for spec in fitting)
+    return {spec.name for spec in fitting if spec.n_params == most}
