@@ -84,9 +84,7 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
     _require_torch()
     if settings.device == "cuda":
         return measure_cuda(spec, settings)
-    if settings.n_gpus > 1 or settings.zero_stage > 0:
-        return measure_sharded(spec, settings)
-    return run_step(spec, settings, fake=True)
+    return run_step(spec, settings, fake=True)[0]
 
 
 def validate(spec: ModelSpec, **kw: Any) -> Settings:
@@ -173,7 +171,9 @@ def build_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
         lora = peft.LoraConfig(r=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
                                lora_dropout=0.0, task_type="CAUSAL_LM",
                                target_modules=targets if isinstance(targets, str) else list(targets))
-        model = peft.get_peft_model(model, lora, autocast_adapter_dtype=True)
+        with warnings.catch_warnings():  # peft reads a deprecated transformers property
+            warnings.simplefilter("ignore", FutureWarning)
+            model = peft.get_peft_model(model, lora, autocast_adapter_dtype=True)
         if settings.lora_dtype == "bf16":
             for name, param in model.named_parameters():
                 if "lora_" in name:
@@ -245,17 +245,6 @@ def make_optimizer(params: list, settings: Settings) -> Any:
     return Lion(params, lr=lr)
 
 
-def optimizer_tensors(optimizer: Any) -> list:
-    """Every tensor an optimizer keeps between steps."""
-    import torch
-
-    if hasattr(optimizer, "state_tensors"):
-        return optimizer.state_tensors()
-    out = [v for state in optimizer.state.values() for v in state.values()
-           if isinstance(v, torch.Tensor)]
-    return out + list(getattr(optimizer, "qmaps", {}).values())
-
-
 @contextlib.contextmanager
 def unpacked_sequences() -> Iterator[None]:
     """transformers inspects position ids to detect packed sequences; fake tensors have no
@@ -272,51 +261,61 @@ def unpacked_sequences() -> Iterator[None]:
 
 # ----- one tracked training step -------------------------------------------------------------
 def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
-             prepare: Any = None) -> MemoryReport:
+             device: str = "cpu") -> tuple[MemoryReport, Any]:
     """Build the model, warm the optimizer up, and track one training step.
 
-    ``fake=False`` allocates everything for real (for checking the fake run on small models);
-    ``prepare(model)`` may transform the model before the optimizer is made (sharding).
+    ``fake=False`` allocates everything for real on ``device`` (for checking the fake run on
+    small models, and on a GPU). Returns the report and the tracker.
     """
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .memtrack import Tracker, tensor_bytes
+    from .memtrack import Tracker, storage_keys, tensor_bytes
+    from .standins import Parallel, state_tensors
 
     _, compute_dtype = dtypes(settings)
+    parallel = Parallel(settings.n_gpus, settings.zero_stage, settings.offload_optimizer)
     with contextlib.ExitStack() as stack:
         stack.enter_context(unpacked_sequences())
+        if settings.zero_stage == 3:
+            parallel.mesh = stack.enter_context(fake_process_group(settings.n_gpus))
         if fake:
             model = build_model(spec, settings, "meta")
             stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
             model.to_empty(device="cpu")
         else:
             torch.manual_seed(0)
-            model = build_model(spec, settings, "cpu")
+            model = build_model(spec, settings, device)
         finish_model(model, spec, settings)
-        if prepare is not None:
-            model = prepare(model)
+        model = parallel.prepare(model)
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = make_optimizer(params, settings)
-        for p in params:  # warm-up: one step on zero gradients creates the optimizer states
-            p.grad = torch.zeros_like(p)
+        optimizer = make_optimizer(parallel.optimizer_params(params), settings)
+        for group in optimizer.param_groups:  # warm-up: a step on zero gradients makes the states
+            for p in group["params"]:
+                p.grad = torch.zeros_like(p)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-        ids = torch.randint(0, spec.vocab_size, (settings.batch_size, settings.seq_len))
+        ids = torch.randint(0, spec.vocab_size, (settings.batch_size, settings.seq_len),
+                            device=device)
         weights = list(model.parameters()) + list(model.buffers())
         tracker = Tracker()
         for t in weights:
             tracker.add(t)
         tracker.weight_keys = set(tracker.live)
-        for t in optimizer_tensors(optimizer):
+        states = [] if settings.offload_optimizer else state_tensors(optimizer)
+        for t in states + parallel.gradient_tensors():
             tracker.add(t)
         tracker.add(ids, phase="forward")
         mixed = settings.precision.endswith("-mixed")
+        stack.enter_context(fsdp_buffers_are_temporaries(settings.zero_stage == 3))
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         with tracker:
             for _ in range(settings.gradient_accumulation):
                 tracker.set_phase("forward")
-                with torch.autocast("cpu", dtype=compute_dtype, enabled=mixed):
+                with torch.autocast(device, dtype=compute_dtype, enabled=mixed):
                     loss = model(input_ids=ids, labels=ids, use_cache=False).loss
                 if settings.gradient_accumulation > 1:
                     loss = loss / settings.gradient_accumulation
@@ -324,19 +323,21 @@ def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
                 loss.backward()
                 del loss
             tracker.set_phase("optimizer")
-            optimizer.step()
+            parallel.before_step()
+            if not settings.offload_optimizer:
+                optimizer.step()
             tracker.set_phase("end")
+        if settings.offload_optimizer:  # the step runs on the CPU copy: nothing on the GPU
+            optimizer.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
 
-        from .memtrack import storage_key
-
-        grads = [p.grad for p in params if p.grad is not None]
-        states = optimizer_tensors(optimizer)
-        groups = {"weights": {storage_key(t) for t in weights},
-                  "gradients": {storage_key(t) for t in grads},
-                  "optimizer": {storage_key(t) for t in states}}
+        grads = [p.grad for p in params if p.grad is not None] + parallel.gradient_tensors()
+        groups = {"weights": storage_keys(weights), "gradients": storage_keys(grads),
+                  "optimizer": storage_keys(states)}
         occurrences, peak_event = tracker.peaks()
         breakdown = tracker.composition(peak_event, groups, spec.vocab_size)
-        persistent = {
+        measured = {
             "parameter_bytes": tensor_bytes(model.parameters()),
             "buffer_bytes": tensor_bytes(model.buffers()),
             "trainable_parameters": sum(p.numel() for p in params),
@@ -348,15 +349,61 @@ def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
         if phase in PHASES:
             phase_peaks[phase] = max(phase_peaks.get(phase, 0), level)
     peak_phase = tracker.phases[tracker.events[peak_event][1]]
-    measured = dict(persistent)
     if settings.gradient_accumulation > 1:
         measured["micro_batch_forward_peaks"] = [lv for ph, lv in occurrences if ph == "forward"]
-    how = "under FakeTensorMode" if fake else "with real tensors"
-    return MemoryReport(
+    how = "under FakeTensorMode on CPU" if fake else f"with real tensors on {device.upper()}"
+    report = MemoryReport(
         model=spec, settings=settings.as_dict() | {"measured": measured}, breakdown=breakdown,
         peak_phase=peak_phase, phase_peaks=phase_peaks,
         assumptions=assumptions(spec, settings, measured),
-        source=f"measured: one training step {how} on CPU (torch {torch.__version__})")
+        source=f"measured: one training step {how} (torch {torch.__version__})")
+    return report, tracker
+
+
+@contextlib.contextmanager
+def fake_process_group(world_size: int) -> Iterator[Any]:
+    """A process group of ``world_size`` ranks that communicates nothing (this is rank 0);
+    yields its device mesh."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise LessonkitError("measure simulates several GPUs with its own process group; "
+                             "call it outside torch.distributed.")
+    dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
+    try:
+        yield init_device_mesh("cpu", (world_size,))
+    finally:
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def fsdp_buffers_are_temporaries(active: bool) -> Iterator[None]:
+    """Label what FSDP allocates to gather parameters and reduce gradients as temporaries."""
+    if not active:
+        yield
+        return
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    from .memtrack import label
+
+    names = ("unshard", "wait_for_unshard", "post_backward")
+    originals = {name: getattr(FSDPParamGroup, name) for name in names}
+
+    def labelled(method: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with label("temporaries"):
+                return method(*args, **kwargs)
+        return wrapper
+
+    for name, method in originals.items():
+        setattr(FSDPParamGroup, name, labelled(method))
+    try:
+        yield
+    finally:
+        for name, method in originals.items():
+            setattr(FSDPParamGroup, name, method)
 
 
 def assumptions(spec: ModelSpec, settings: Settings, measured: dict[str, Any]) -> list[str]:
@@ -412,10 +459,6 @@ def assumptions(spec: ModelSpec, settings: Settings, measured: dict[str, Any]) -
     notes.append("Logits: tensors shaped [..., vocab] (the logits, their fp32 copy for the "
                  "loss, log-softmax and their gradients).")
     return notes
-
-
-def measure_sharded(spec: ModelSpec, settings: Settings) -> MemoryReport:
-    raise LessonkitError("measure does not simulate several GPUs yet; use n_gpus=1, zero_stage=0.")
 
 
 def measure_cuda(spec: ModelSpec, settings: Settings) -> MemoryReport:

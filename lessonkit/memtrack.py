@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 
 _LABELS: list[str] = []
@@ -45,16 +45,25 @@ class Record:
     key: int = 0
 
 
-def storage_key(tensor: torch.Tensor) -> int:
-    """An identity for a tensor's storage, shared by all its views."""
-    return tensor.untyped_storage()._cdata
+def plain_tensors(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """The tensors that own storage: the tensor itself, or a DTensor's local tensors."""
+    if is_traceable_wrapper_subclass(tensor):
+        inner = (getattr(tensor, name) for name in tensor.__tensor_flatten__()[0])
+        return [p for t in inner if isinstance(t, torch.Tensor) for p in plain_tensors(t)]
+    return [tensor]
+
+
+def storage_keys(tensors: Iterable[torch.Tensor]) -> set[int]:
+    """Identities of the storages of ``tensors`` (shared by all views of a storage)."""
+    return {p.untyped_storage()._cdata for t in tensors for p in plain_tensors(t)}
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Bytes of distinct storages among ``tensors`` (shared storages counted once)."""
     seen: dict[int, int] = {}
     for t in tensors:
-        seen[storage_key(t)] = t.untyped_storage().nbytes()
+        for p in plain_tensors(t):
+            seen[p.untyped_storage()._cdata] = p.untyped_storage().nbytes()
     return sum(seen.values())
 
 
@@ -77,11 +86,17 @@ class Tracker(TorchDispatchMode):
         """Start following ``tensor``'s storage (no-op when already followed)."""
         if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
             return
+        if is_traceable_wrapper_subclass(tensor):  # DTensor: follow the local tensors
+            for inner in plain_tensors(tensor):
+                self.add(inner, phase, label_, copy_of_weight)
+            return
         storage = tensor.untyped_storage()
         key = storage._cdata
         if key in self.live:
             return
         nbytes = storage.nbytes()
+        if nbytes == 0:
+            return
         record = Record(nbytes=nbytes, born=len(self.events), phase=phase or self.phase,
                         shape=tuple(tensor.shape),
                         label=label_ or (_LABELS[-1] if _LABELS else None),
@@ -91,7 +106,41 @@ class Tracker(TorchDispatchMode):
         self.events.append((nbytes, self._phase_index()))
         self._refs[id(record)] = weakref.ref(storage, lambda _ref, r=record: self._free(r))
 
+    def _resized(self, storage: torch.UntypedStorage) -> None:
+        """A storage resized in place (FSDP frees and re-allocates parameters this way):
+        recorded as a free of the old size and an allocation of the new one."""
+        record = self.live.get(storage._cdata)
+        if record is not None:
+            if record.nbytes == storage.nbytes():
+                return
+            self._free(record)
+        if storage.nbytes():
+            record = Record(nbytes=storage.nbytes(), born=len(self.events), phase=self.phase,
+                            shape=(storage.nbytes(),), label=_LABELS[-1] if _LABELS else None,
+                            key=storage._cdata)
+            self.live[record.key] = record
+            self.records.append(record)
+            self.events.append((record.nbytes, self._phase_index()))
+            self._refs[id(record)] = weakref.ref(storage, lambda _ref, r=record: self._free(r))
+
+    def __enter__(self) -> "Tracker":
+        original = self._original_resize = torch.UntypedStorage.resize_
+
+        def resize_(storage: torch.UntypedStorage, size: int) -> Any:
+            out = original(storage, size)
+            self._resized(storage)
+            return out
+
+        torch.UntypedStorage.resize_ = resize_  # not seen by dispatch modes
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        torch.UntypedStorage.resize_ = self._original_resize
+        return super().__exit__(*exc)
+
     def _free(self, record: Record) -> None:
+        if record.died != math.inf:
+            return
         if self.live.get(record.key) is record:
             del self.live[record.key]
         self._refs.pop(id(record), None)
@@ -113,9 +162,9 @@ class Tracker(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         copy_of_weight = False
         if func in _COPY_OPS and args and isinstance(args[0], torch.Tensor):
-            copy_of_weight = storage_key(args[0]) in self.weight_keys
+            copy_of_weight = bool(storage_keys([args[0]]) & self.weight_keys)
         for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
+            if isinstance(t, torch.Tensor) and not (copy_of_weight and storage_keys([t]) & self.weight_keys):
                 self.add(t, copy_of_weight=copy_of_weight)
         return out
 

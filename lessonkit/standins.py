@@ -13,6 +13,7 @@
 - ``MasterWeightsAdamW``: bf16 parameters and gradients, fp32 master copies and fp32 AdamW states
   in the optimizer; each step makes fp32 copies of the gradients, steps the masters and copies
   them back into the bf16 parameters.
+- ``Parallel``: DDP and ZeRO-1/2/3 on several GPUs, simulated in one process for rank 0.
 """
 
 from __future__ import annotations
@@ -43,6 +44,20 @@ def adam8bit_state_bytes(numel: int) -> int:
     if numel < OPT8_MIN_SIZE:
         return 2 * 4 * numel
     return 2 * (numel + 4 * math.ceil(numel / OPT8_BLOCK))
+
+
+def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Every tensor an optimizer keeps on the accelerator between steps.
+
+    torch's AdamW keeps its step counters on the CPU unless fused (or capturable), so on a GPU
+    they take no GPU memory: they are left out here too.
+    """
+    if hasattr(optimizer, "state_tensors"):
+        return optimizer.state_tensors()
+    step_on_device = bool(optimizer.defaults.get("fused") or optimizer.defaults.get("capturable"))
+    out = [value for state in optimizer.state.values() for key, value in state.items()
+           if isinstance(value, torch.Tensor) and (key != "step" or step_on_device)]
+    return out + list(getattr(optimizer, "qmaps", {}).values())
 
 
 class _Dequantized(torch.autograd.Function):
@@ -201,9 +216,7 @@ class MasterWeightsAdamW(torch.optim.Optimizer):
     def state_tensors(self) -> list[torch.Tensor]:
         """The master copies and the inner optimizer's states."""
         params = {id(p) for group in self.param_groups for p in group["params"]}
-        copies = [m for m in self.masters if id(m) not in params]
-        return copies + [v for s in self.inner.state.values() for v in s.values()
-                         if isinstance(v, torch.Tensor)]
+        return [m for m in self.masters if id(m) not in params] + state_tensors(self.inner)
 
     @torch.no_grad()
     def step(self, closure: Callable | None = None) -> None:
@@ -215,3 +228,74 @@ class MasterWeightsAdamW(torch.optim.Optimizer):
         for p, master in copies:
             p.copy_(master)
             master.grad = None
+
+
+# ----- several GPUs, simulated in one process (rank 0's share) --------------------------------
+class Parallel:
+    """How a step is spread over ``n_gpus``: DDP (ZeRO-0), ZeRO-1/2 or ZeRO-3 (FSDP2).
+
+    - ZeRO-0 with several GPUs: DDP's gradient buckets, a second copy of the gradients
+      (``gradient_as_bucket_view=False``, the default), allocated once up front.
+    - ZeRO-1: full parameters and gradients; the optimizer steps rank 0's shard, a
+      ``ceil(numel / n)`` slice of every trainable tensor (a view: the update lands in place).
+    - ZeRO-2: as ZeRO-1, but each gradient is reduced to rank 0's slice as soon as it is ready
+      and the full gradient is freed (no bucket buffers are modelled).
+    - ZeRO-3: FSDP2 ``fully_shard`` on every decoder layer and the root, with a fake process
+      group of ``n`` ranks; all-gathered parameters and FSDP's buffers count as temporaries.
+    - offload_optimizer: the optimizer states and its step live in CPU memory (not counted).
+    """
+
+    def __init__(self, n_gpus: int, zero_stage: int, offload_optimizer: bool) -> None:
+        self.n, self.stage, self.offload = n_gpus, zero_stage, offload_optimizer
+        self.shards: list[tuple[torch.Tensor, torch.Tensor]] = []  # (parameter, its shard)
+        self.buckets: list[torch.Tensor] = []
+        self.mesh: Any = None  # the device mesh of a (fake) process group, for ZeRO-3
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        if self.stage == 3:
+            from torch.distributed.fsdp import fully_shard
+
+            for module in model.modules():
+                if isinstance(module, nn.ModuleList):
+                    for layer in module:
+                        fully_shard(layer, mesh=self.mesh)
+            fully_shard(model, mesh=self.mesh)
+        return model
+
+    def optimizer_params(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The tensors the optimizer steps: the parameters, or rank 0's slices of them."""
+        if self.stage not in (1, 2):
+            if self.stage == 0 and self.n > 1:
+                by_dtype: dict[torch.dtype, int] = {}
+                for p in params:
+                    by_dtype[p.dtype] = by_dtype.get(p.dtype, 0) + p.numel()
+                self.buckets = [torch.zeros(n, dtype=d, device=params[0].device)
+                                for d, n in by_dtype.items()]
+            return params
+        for p in params:
+            shard = p.detach().view(-1)[: math.ceil(p.numel() / self.n)]
+            self.shards.append((p, shard))
+            if self.stage == 2:
+                p.register_post_accumulate_grad_hook(self._reduce_scatter(shard))
+        return [shard for _, shard in self.shards]
+
+    @staticmethod
+    def _reduce_scatter(shard: torch.Tensor) -> Callable[[torch.Tensor], None]:
+        def hook(param: torch.Tensor) -> None:
+            piece = param.grad.view(-1)[: shard.numel()]
+            if shard.grad is None:
+                shard.grad = piece.clone()
+            else:
+                shard.grad.add_(piece)
+            param.grad = None
+
+        return hook
+
+    def before_step(self) -> None:
+        """ZeRO-1: the optimizer reads rank 0's slice of each (all-reduced) gradient."""
+        if self.stage == 1:
+            for p, shard in self.shards:
+                shard.grad = None if p.grad is None else p.grad.view(-1)[: shard.numel()]
+
+    def gradient_tensors(self) -> list[torch.Tensor]:
+        return self.buckets + [s.grad for _, s in self.shards if s.grad is not None]
