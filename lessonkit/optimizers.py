@@ -1,0 +1,79 @@
+"""Optimizer state sizes and the temporaries of one optimizer step, per parameter tensor.
+
+Sizes follow the implementations the estimate names: torch.optim.AdamW (foreach, fused,
+for-loop), bitsandbytes AdamW8bit / PagedAdamW8bit (uint8 states with an fp32 absmax per 256
+values; tensors under 4096 elements keep fp32 states), torch.optim.SGD, transformers' Adafactor
+(factored second moment, no first moment) and Lion (one momentum buffer).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+# (numel, shape) of each trainable parameter tensor, repeated ``count`` times.
+Tensors = Sequence[tuple[int, tuple[int, ...], int]]
+
+OPT8_BLOCK = 256
+OPT8_MIN_SIZE = 4096
+OPT8_QMAPS = 2 * 256 * 4  # two shared 256-entry fp32 quantization maps
+
+
+def _adam8bit(numel: int) -> int:
+    if numel < OPT8_MIN_SIZE:
+        return 2 * 4 * numel
+    return 2 * (numel + 4 * math.ceil(numel / OPT8_BLOCK))
+
+
+def state_bytes(optimizer: str, tensors: Tensors, dtype_bytes: int, master: bool) -> int:
+    """Bytes the optimizer keeps between steps for these tensors (before any sharding).
+
+    ``dtype_bytes`` is the trainable parameters' dtype; ``master`` adds fp32 master copies of
+    16-bit parameters and keeps the states in fp32 (precision "bf16-master").
+    """
+    total = 0
+    sd = 4 if master else dtype_bytes
+    big = False
+    for numel, shape, count in tensors:
+        each = 0
+        if master and dtype_bytes != 4:
+            each += 4 * numel
+        if optimizer in ("adamw", "adamw-fused", "adamw-forloop"):
+            each += 2 * sd * numel  # exp_avg, exp_avg_sq (the step counters stay on the CPU)
+        elif optimizer in ("adamw-8bit", "paged-adamw-8bit"):
+            each += _adam8bit(numel)
+            big = big or numel >= OPT8_MIN_SIZE
+        elif optimizer == "sgd-momentum":
+            each += sd * numel
+        elif optimizer == "lion":
+            each += sd * numel
+        elif optimizer == "adafactor":
+            factored = len(shape) >= 2
+            n = (math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]) if factored else numel
+            each += 4 * n + 4  # fp32 (it upcasts 16-bit gradients), plus an RMS scalar
+        total += each * count
+    if big:
+        total += OPT8_QMAPS
+    return total
+
+
+def step_temporaries(optimizer: str, tensors: Tensors, dtype_bytes: int, master: bool) -> int:
+    """Peak bytes the optimizer step allocates on top of weights, gradients and states."""
+    if not tensors:
+        return 0
+    sd = 4 if master else dtype_bytes
+    all_numel = sum(numel * count for numel, _, count in tensors)
+    largest = max(numel for numel, _, _ in tensors)
+    extra = 0
+    if master and dtype_bytes != 4:
+        extra = 4 * all_numel  # fp32 copies of the gradients for the master step
+    if optimizer == "adamw":
+        return extra + sd * all_numel  # foreach: sqrt(exp_avg_sq) for every tensor at once
+    if optimizer == "adamw-forloop":
+        return extra + 2 * sd * largest  # sqrt and the division, one tensor at a time
+    if optimizer == "lion":
+        return extra + 3 * sd * largest
+    if optimizer == "adafactor":
+        upcast = 2 * 4 * largest if dtype_bytes != 4 else 0
+        return extra + upcast + 3 * 4 * largest
+    return extra  # fused AdamW, 8-bit AdamW, SGD: in place
