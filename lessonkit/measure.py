@@ -171,8 +171,9 @@ def build_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
         lora = peft.LoraConfig(r=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
                                lora_dropout=0.0, task_type="CAUSAL_LM",
                                target_modules=targets if isinstance(targets, str) else list(targets))
-        with warnings.catch_warnings():  # peft reads a deprecated transformers property
+        with warnings.catch_warnings():  # deprecations inside peft; GPT-2's Conv1D notice
             warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", UserWarning)
             model = peft.get_peft_model(model, lora, autocast_adapter_dtype=True)
         if settings.lora_dtype == "bf16":
             for name, param in model.named_parameters():
@@ -181,7 +182,8 @@ def build_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
         if settings.method == "qlora":
             from .standins import quantize_linears
 
-            quantize_linears(model, compute_dtype, settings.double_quant)
+            quantize_linears(model, compute_dtype, settings.double_quant,
+                             real=settings.device == "cuda" and device != "meta")
     model.train()
     return model
 
@@ -201,48 +203,6 @@ def finish_model(model: Any, spec: ModelSpec, settings: Settings) -> None:
                 base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             if settings.method != "full":
                 model.enable_input_require_grads()
-
-
-def make_optimizer(params: list, settings: Settings) -> Any:
-    """The optimizer a run with these settings uses (stand-ins where the real one is GPU-only)."""
-    import torch
-
-    lr = 1e-4
-    name = settings.optimizer
-
-    def adamw(ps: list) -> Any:
-        if name == "adamw-fused":
-            return torch.optim.AdamW(ps, lr=lr, fused=True)
-        return torch.optim.AdamW(ps, lr=lr, foreach=name != "adamw-forloop")
-
-    if name in ("adamw", "adamw-fused", "adamw-forloop"):
-        if settings.precision == "bf16-master":
-            from .standins import MasterWeightsAdamW
-
-            return MasterWeightsAdamW(params, adamw, lr=lr)
-        return adamw(params)
-    if name in ("adamw-8bit", "paged-adamw-8bit"):
-        if settings.device == "cuda":
-            with contextlib.suppress(ImportError):
-                import bitsandbytes as bnb
-
-                cls = bnb.optim.PagedAdamW8bit if name.startswith("paged") else bnb.optim.AdamW8bit
-                return cls(params, lr=lr)
-        from .standins import AdamW8bitStandIn
-
-        return AdamW8bitStandIn(params, lr=lr)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, foreach=True)
-    if name == "sgd-momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=True)
-    if name == "adafactor":
-        from transformers.optimization import Adafactor
-
-        return Adafactor(params, lr=lr, scale_parameter=False, relative_step=False,
-                         warmup_init=False)
-    from .standins import Lion
-
-    return Lion(params, lr=lr)
 
 
 @contextlib.contextmanager
@@ -270,8 +230,8 @@ def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .memtrack import Tracker, storage_keys, tensor_bytes
-    from .standins import Parallel, state_tensors
+    from .memtrack import Tracker, fsdp_buffers_are_temporaries, storage_keys, tensor_bytes
+    from .standins import Parallel, fake_process_group, make_optimizer, state_tensors
 
     _, compute_dtype = dtypes(settings)
     parallel = Parallel(settings.n_gpus, settings.zero_stage, settings.offload_optimizer)
@@ -289,7 +249,8 @@ def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
         finish_model(model, spec, settings)
         model = parallel.prepare(model)
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = make_optimizer(parallel.optimizer_params(params), settings)
+        optimizer = make_optimizer(parallel.optimizer_params(params), settings.optimizer,
+                                   settings.precision, on_gpu=device == "cuda")
         for group in optimizer.param_groups:  # warm-up: a step on zero gradients makes the states
             for p in group["params"]:
                 p.grad = torch.zeros_like(p)
@@ -360,55 +321,63 @@ def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
     return report, tracker
 
 
-@contextlib.contextmanager
-def fake_process_group(world_size: int) -> Iterator[Any]:
-    """A process group of ``world_size`` ranks that communicates nothing (this is rank 0);
-    yields its device mesh."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized():
-        raise LessonkitError("measure simulates several GPUs with its own process group; "
-                             "call it outside torch.distributed.")
-    dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
-    try:
-        yield init_device_mesh("cpu", (world_size,))
-    finally:
-        dist.destroy_process_group()
 
 
-@contextlib.contextmanager
-def fsdp_buffers_are_temporaries(active: bool) -> Iterator[None]:
-    """Label what FSDP allocates to gather parameters and reduce gradients as temporaries."""
-    if not active:
-        yield
-        return
-    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+def measure_cuda(spec: ModelSpec, settings: Settings) -> MemoryReport:
+    """Run the step on the current CUDA device and add the allocator's and driver's figures.
 
-    from .memtrack import label
+    Tensor categories come from the same storage tracking as on CPU. ``allocator_margin`` is
+    ``max_memory_reserved`` minus the tracked tensor peak (block rounding, library workspaces,
+    fragmentation); ``cuda_context`` is the memory the driver reports in use minus what the
+    caching allocator holds (the CUDA context, and any other process on the GPU).
+    """
+    import torch
 
-    names = ("unshard", "wait_for_unshard", "post_backward")
-    originals = {name: getattr(FSDPParamGroup, name) for name in names}
+    if not torch.cuda.is_available():
+        raise LessonkitError("device='cuda' needs a CUDA GPU, and torch.cuda.is_available() is "
+                             "False here. Use device='cpu' to measure under FakeTensorMode.")
+    if settings.n_gpus > 1 or settings.zero_stage > 0:
+        raise LessonkitError("On a GPU measure runs on one GPU; simulate several GPUs and ZeRO "
+                             "with device='cpu'.")
+    torch.cuda.empty_cache()
+    report, _ = run_step(spec, settings, fake=False, device="cuda")
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    reserved_now = torch.cuda.memory_reserved()
+    cuda = {"max_memory_allocated": torch.cuda.max_memory_allocated(),
+            "max_memory_reserved": torch.cuda.max_memory_reserved(),
+            "driver_used_bytes": total - free, "device_total_bytes": total,
+            "device_name": torch.cuda.get_device_name()}
+    tracked = report.tensor_bytes
+    report.breakdown["allocator_margin"] = max(0, cuda["max_memory_reserved"] - tracked)
+    report.breakdown["cuda_context"] = max(0, cuda["driver_used_bytes"] - reserved_now)
+    report.settings["measured"]["cuda"] = cuda
+    report.assumptions.append(
+        f"On {cuda['device_name']}: max_memory_allocated {cuda['max_memory_allocated'] / 2**30:.3f}"
+        f" GiB, max_memory_reserved {cuda['max_memory_reserved'] / 2**30:.3f} GiB, tracked "
+        f"tensors {tracked / 2**30:.3f} GiB; the CUDA context is what the driver reports in use "
+        f"beyond the allocator's reserve (other processes on the GPU included).")
+    return report
 
-    def labelled(method: Any) -> Any:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with label("temporaries"):
-                return method(*args, **kwargs)
-        return wrapper
 
-    for name, method in originals.items():
-        setattr(FSDPParamGroup, name, labelled(method))
-    try:
-        yield
-    finally:
-        for name, method in originals.items():
-            setattr(FSDPParamGroup, name, method)
+_PARALLEL_NOTES = (
+    "Per GPU of {n} with DDP: as one GPU plus DDP's gradient buckets (a second copy of the "
+    "gradients, gradient_as_bucket_view=False).",
+    "Per GPU of {n} with ZeRO-1 (rank 0, the largest share): full weights and gradients, "
+    "optimizer states for a 1/{n} slice of every tensor.",
+    "Per GPU of {n} with ZeRO-2 (rank 0, the largest share): full weights; each gradient is "
+    "reduced to a 1/{n} slice as soon as it is ready (bucket buffers not modelled); optimizer "
+    "states for that slice.",
+    "Per GPU of {n} with ZeRO-3, simulated with FSDP2 fully_shard (per decoder layer and root) "
+    "on a fake process group: weights, gradients and optimizer states sharded 1/{n}; the "
+    "gathered weights of the layers in use and FSDP's buffers count as temporaries.",
+)
 
 
 def assumptions(spec: ModelSpec, settings: Settings, measured: dict[str, Any]) -> list[str]:
     """What the measurement did, in words, for the report."""
     s = settings
+    real_bnb = s.device == "cuda" and bitsandbytes() is not None
     notes = ["Steady state: the optimizer states exist from a previous step; gradients are "
              "set to None between steps (zero_grad(set_to_none=True))."]
     notes.append({
@@ -436,14 +405,27 @@ def assumptions(spec: ModelSpec, settings: Settings, measured: dict[str, Any]) -
                      "relative_step=False).",
         "lion": "Lion: one momentum buffer, one parameter at a time.",
     }[s.optimizer])
-    if s.attention == "flash":
+    if real_bnb and s.optimizer.endswith("8bit"):
+        notes[-1] = f"bitsandbytes {'PagedAdamW8bit' if s.optimizer.startswith('paged') else 'AdamW8bit'}."
+    if s.n_gpus > 1 or s.zero_stage:
+        notes.append(_PARALLEL_NOTES[min(s.zero_stage, 3)].format(n=s.n_gpus)
+                     + (" The optimizer states and step live in CPU memory (offload)."
+                        if s.offload_optimizer else ""))
+    if s.attention == "flash" and s.device == "cpu":
         notes.append("attention='flash' is measured as PyTorch SDPA on CPU (FlashAttention "
                      "needs a GPU); neither keeps the attention matrix.")
+    elif s.attention == "flash":
+        notes.append("attention='flash' runs as PyTorch SDPA, which picks its flash kernel "
+                     "where the GPU supports it.")
     if s.method != "full":
         notes.append(f"LoRA r={s.lora_rank} on {s.lora_targets}, base frozen, adapters in "
                      f"{'bf16' if s.lora_dtype == 'bf16' else 'fp32 (peft default)'}; "
                      f"{measured['trainable_parameters']:,} trainable parameters.")
-    if s.method == "qlora":
+    if s.method == "qlora" and real_bnb:
+        notes.append("bitsandbytes Linear4bit (NF4"
+                     + (", double quantization" if s.double_quant else "") + ") on every "
+                     "linear layer of the decoder blocks.")
+    elif s.method == "qlora":
         notes.append("CPU stand-in for bitsandbytes Linear4bit: NF4 weights packed two per "
                      "byte with " + ("uint8 absmax per 64 values and an fp32 constant per 256 "
                                      "blocks (double quantization)" if s.double_quant else
@@ -459,7 +441,3 @@ def assumptions(spec: ModelSpec, settings: Settings, measured: dict[str, Any]) -
     notes.append("Logits: tensors shaped [..., vocab] (the logits, their fp32 copy for the "
                  "loss, log-softmax and their gradients).")
     return notes
-
-
-def measure_cuda(spec: ModelSpec, settings: Settings) -> MemoryReport:
-    raise LessonkitError("measure on a CUDA device is not built yet; use device='cpu'.")

@@ -215,3 +215,30 @@ class Tracker(TorchDispatchMode):
 
 
 _COPY_OPS = {torch.ops.aten._to_copy.default}
+
+
+@contextlib.contextmanager
+def fsdp_buffers_are_temporaries(active: bool) -> Iterator[None]:
+    """Label what FSDP allocates to gather parameters and reduce gradients as temporaries."""
+    if not active:
+        yield
+        return
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    names = ("unshard", "wait_for_unshard", "post_backward")
+    originals = {name: getattr(FSDPParamGroup, name) for name in names}
+
+    def labelled(method: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with label("temporaries"):
+                return method(*args, **kwargs)
+        return wrapper
+
+    for name, method in originals.items():
+        setattr(FSDPParamGroup, name, labelled(method))
+    try:
+        yield
+    finally:
+        for name, method in originals.items():
+            setattr(FSDPParamGroup, name, method)
+

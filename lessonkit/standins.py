@@ -1,4 +1,5 @@
-"""CPU stand-ins with the storage layout of GPU-only pieces, and two small optimizers.
+"""CPU stand-ins with the storage layout of GPU-only pieces, the optimizers measure() uses,
+and several GPUs simulated in one process.
 
 - ``Linear4bitStandIn``: bitsandbytes ``Linear4bit`` (NF4, blocks of 64): the weight packed two
   4-bit values per byte, an fp32 absmax per block of 64 (or, with double quantization, a uint8
@@ -18,13 +19,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import nn
 
 from . import memtrack
+from .errors import LessonkitError
 
 NF4_BLOCK = 64
 NF4_NESTED_BLOCK = 256
@@ -44,6 +47,47 @@ def adam8bit_state_bytes(numel: int) -> int:
     if numel < OPT8_MIN_SIZE:
         return 2 * 4 * numel
     return 2 * (numel + 4 * math.ceil(numel / OPT8_BLOCK))
+
+
+def make_optimizer(params: list, name: str, precision: str, on_gpu: bool) -> Any:
+    """The optimizer a run with these settings uses (stand-ins where the real one is GPU-only)."""
+    lr = 1e-4
+
+    def adamw(ps: list) -> Any:
+        if name == "adamw-fused":
+            return torch.optim.AdamW(ps, lr=lr, fused=True)
+        return torch.optim.AdamW(ps, lr=lr, foreach=name != "adamw-forloop")
+
+    if name in ("adamw", "adamw-fused", "adamw-forloop"):
+        if precision == "bf16-master":
+            return MasterWeightsAdamW(params, adamw, lr=lr)
+        return adamw(params)
+    if name in ("adamw-8bit", "paged-adamw-8bit"):
+        if on_gpu:
+            bnb = bitsandbytes()
+            if bnb is not None:
+                cls = bnb.optim.PagedAdamW8bit if name.startswith("paged") else bnb.optim.AdamW8bit
+                return cls(params, lr=lr)
+        return AdamW8bitStandIn(params, lr=lr)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, foreach=True)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=True)
+    if name == "adafactor":
+        from transformers.optimization import Adafactor
+
+        return Adafactor(params, lr=lr, scale_parameter=False, relative_step=False,
+                         warmup_init=False)
+    return Lion(params, lr=lr)
+
+
+def bitsandbytes() -> Any:
+    """The bitsandbytes module where it is installed (it needs a GPU), else None."""
+    try:
+        import bitsandbytes as bnb
+    except ImportError:
+        return None
+    return bnb
 
 
 def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -111,12 +155,15 @@ class Linear4bitStandIn(nn.Module):
         return out + self.bias if self.bias is not None else out
 
 
-def quantize_linears(model: nn.Module, compute_dtype: torch.dtype, double_quant: bool) -> int:
-    """Replace every frozen linear layer inside the decoder blocks by a Linear4bitStandIn.
+def quantize_linears(model: nn.Module, compute_dtype: torch.dtype, double_quant: bool,
+                     real: bool = False) -> int:
+    """Replace every frozen linear layer inside the decoder blocks by a Linear4bitStandIn
+    (or, with ``real`` and bitsandbytes installed, by bitsandbytes' Linear4bit on the GPU).
 
     Embeddings, norms and ``lm_head`` stay as they are (as in transformers' default). Works on a
     peft model too: LoRA's own ``lora_A``/``lora_B`` layers are left alone. Returns the count.
     """
+    bnb = bitsandbytes() if real else None
     from transformers.pytorch_utils import Conv1D
 
     count = 0
@@ -132,11 +179,31 @@ def quantize_linears(model: nn.Module, compute_dtype: torch.dtype, double_quant:
                 in_f, out_f = child.weight.shape
             else:
                 continue
-            bias = child.bias if child.bias is not None else None
-            setattr(module, child_name, Linear4bitStandIn(
-                in_f, out_f, bias, compute_dtype, double_quant, device=child.weight.device))
+            if bnb is not None:
+                setattr(module, child_name, _bnb_linear4bit(bnb, child, in_f, out_f,
+                                                            compute_dtype, double_quant))
+            else:
+                setattr(module, child_name, Linear4bitStandIn(
+                    in_f, out_f, child.bias, compute_dtype, double_quant,
+                    device=child.weight.device))
             count += 1
     return count
+
+
+def _bnb_linear4bit(bnb: Any, child: nn.Module, in_f: int, out_f: int,
+                    compute_dtype: torch.dtype, double_quant: bool) -> nn.Module:
+    """bitsandbytes Linear4bit (NF4) holding ``child``'s weight, quantized on its GPU."""
+    weight = child.weight.detach()
+    if weight.shape != (out_f, in_f):  # transformers' Conv1D stores the transpose
+        weight = weight.t().contiguous()
+    layer = bnb.nn.Linear4bit(in_f, out_f, bias=child.bias is not None,
+                              compute_dtype=compute_dtype, compress_statistics=double_quant,
+                              quant_type="nf4", device="meta")
+    layer.weight = bnb.nn.Params4bit(weight.cpu(), requires_grad=False, quant_type="nf4",
+                                     compress_statistics=double_quant).to(child.weight.device)
+    if child.bias is not None:
+        layer.bias = nn.Parameter(child.bias.detach(), requires_grad=False)
+    return layer
 
 
 class AdamW8bitStandIn(torch.optim.Optimizer):
@@ -299,3 +366,21 @@ class Parallel:
 
     def gradient_tensors(self) -> list[torch.Tensor]:
         return self.buckets + [s.grad for _, s in self.shards if s.grad is not None]
+
+
+@contextlib.contextmanager
+def fake_process_group(world_size: int) -> Iterator[Any]:
+    """A process group of ``world_size`` ranks that communicates nothing (this is rank 0);
+    yields its device mesh."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise LessonkitError("measure simulates several GPUs with its own process group; "
+                             "call it outside torch.distributed.")
+    dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
+    try:
+        yield init_device_mesh("cpu", (world_size,))
+    finally:
+        dist.destroy_process_group()
