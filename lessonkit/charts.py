@@ -7,6 +7,7 @@ changes the bars in place, which is how the live explorers redraw quickly.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import LessonkitError, choose
@@ -22,7 +23,8 @@ CATEGORY_COLORS = {
 # Memory sizes (GB) of common training GPUs, drawn as lines on the breakdown chart.
 COMMON_GPU_SIZES_GB = (16, 24, 40, 48, 80, 141)
 FIT_COLOR, NO_FIT_COLOR, ALERT_COLOR = "#55A868", "#D9A5A5", "#B22222"
-TIER_COLORS = {"hobbyist": "#4C72B0", "engineer": "#55A868", "enterprise": "#8172B3"}
+TIER_COLORS = {"hobbyist": "#4C72B0", "engineer": "#55A868", "enterprise": "#8172B3",
+               "own hardware": "#DD8452"}
 
 
 # ----- catalog access (tolerant: the catalog is optional for drawing) ----------------------
@@ -285,8 +287,9 @@ def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any]) -> dict[str
         labels.append(ax.text(size + right * 0.01, i, text + (f"  {price}" if price else ""),
                               va="center", fontsize=7.5, color="black" if fit else ALERT_COLOR))
     line = ax.axvline(need, color=ALERT_COLOR, lw=1.6, zorder=3)
-    ax.text(need, 1.005, f"needs {need:,.1f} GB", transform=ax.get_xaxis_transform(),
-            ha="center", va="bottom", fontsize=8, color=ALERT_COLOR)
+    ax.text(need + right * 0.008, 0.995, f"needs {need:,.1f} GB",
+            transform=ax.get_xaxis_transform(), ha="left", va="top", fontsize=8,
+            color=ALERT_COLOR, bbox=dict(fc="white", ec="none", pad=1), zorder=4)
     ax.set_xlim(0, right)
     ax.set_ylim(-0.7, len(gpus) - 0.3)
     ax.set_xlabel("Memory one device offers to PyTorch (GB); * = in the guide's matrix")
@@ -337,7 +340,7 @@ def draw_environment_costs(ax: Any, rows: Sequence[Any]) -> dict[str, Any]:
         labels.append(ax.text(cost + right * 0.01, yi, text, va="center", fontsize=7.5,
                               color=color))
     ax.set_yticks(y)
-    ax.set_yticklabels([d["name"] for d in data], fontsize=8)
+    ax.set_yticklabels([textwrap.fill(d["name"], 24) for d in data], fontsize=8)
     ax.set_xlim(0, right)
     ax.set_xlabel("Cost of the run (USD)")
     return {"bars": bars, "labels": labels, "rows": data}

@@ -1,0 +1,83 @@
+"""Redraw time of the live explorers: median and p90 of one control change, in milliseconds.
+
+A redraw is what a slider move costs in the kernel: the estimate, updating the chart's artists,
+rendering the PNG and replacing the chart Output's contents. Target for the memory calculator
+(vram_explorer): median at most 50 ms. For comparison, the same chart drawn as a new figure per
+change is timed too.
+
+    python benchmarks/redraw.py [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import time
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def timings(action, values, repeats: int) -> list[float]:
+    out = []
+    for _ in range(repeats):
+        for value in values:
+            start = time.perf_counter()
+            action(value)
+            out.append((time.perf_counter() - start) * 1e3)
+    return out
+
+
+def summary(name: str, ms: list[float]) -> str:
+    ms = sorted(ms)
+    p90 = ms[min(len(ms) - 1, int(0.9 * len(ms)))]
+    return f"{name:<44} median {statistics.median(ms):6.1f} ms   p90 {p90:6.1f} ms   (n={len(ms)})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    from matplotlib.figure import Figure
+
+    from lessonkit import charts, widgets
+    from lessonkit.vram import estimate
+
+    batches = list(range(1, 65))
+    explorer = widgets.vram_explorer("7B", method="lora")
+
+    def move_batch(value: int) -> None:
+        explorer.controls["batch_size"].value = value
+
+    move_batch(2)  # warm-up
+    lines = [summary("vram_explorer: batch slider (reused figure)",
+                     timings(move_batch, batches, args.repeats))]
+    methods = ["full", "lora", "qlora"] * 10
+    lines.append(summary("vram_explorer: method toggle",
+                         timings(lambda v: setattr(explorer.controls["method"], "value", v),
+                                 methods, 1)))
+
+    def new_figure(value: int) -> None:
+        fig = Figure(figsize=(7.5, 3.6), dpi=widgets.CHART_DPI)
+        fig.subplots_adjust(left=0.1, right=0.77, bottom=0.2, top=0.9)
+        charts.draw_breakdown(fig.add_subplot(), estimate("7B", method="lora", batch_size=value))
+        fig.savefig(io.BytesIO(), format="png")
+
+    lines.append(summary("same chart as a new figure per change", timings(new_figure, batches, 1)))
+    for name, make, control, values in (
+            ("gpu_matrix_explorer: batch slider", widgets.gpu_matrix_explorer, "batch_size",
+             batches[::4]),
+            ("environment_explorer: batch slider", widgets.environment_explorer, "batch_size",
+             batches[::4]),
+            ("decision_flow_explorer: size menu", widgets.decision_flow_explorer, "size",
+             list(widgets.MODEL_SIZES))):
+        other = make()
+        lines.append(summary(name, timings(
+            lambda v, o=other, c=control: setattr(o.controls[c], "value", v), values, 1)))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

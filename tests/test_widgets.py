@@ -1,0 +1,278 @@
+"""The live explorers, driven as an instructor would: every control to its ends, every option."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+
+from lessonkit import charts, widgets
+from lessonkit.errors import LessonkitError
+from lessonkit.gpus import list_gpus
+from lessonkit.report import CATEGORIES
+from lessonkit.units import GB
+from lessonkit.vram import estimate
+
+
+def settings_of(explorer) -> dict:
+    settings = {k: w.value for k, w in explorer.controls.items() if k in widgets.SETUP_DEFAULTS}
+    if explorer.controls["model"].value == "gpt2":
+        settings["lora_targets"] = ("c_attn",)
+    return settings
+
+
+def extremes(widget) -> list:
+    """The values an instructor reaches: both ends of a slider, every option of a menu."""
+    if hasattr(widget, "options"):
+        values = [v if not isinstance(v, tuple) else v[1] for v in widget.options]
+        return [values[0], values[-1]] if "Slider" in type(widget).__name__ else values
+    if hasattr(widget, "min"):
+        return [widget.min, widget.max]
+    return [not widget.value, widget.value]  # a checkbox
+
+
+def fitting_names(readout: str) -> list[str]:
+    match = re.search(r"GPUs: (.*)\.$", readout)
+    return match.group(1).split(", ") if match else []
+
+
+def check_vram_state(explorer) -> None:
+    """The chart and readout show estimate() for the controls' values, or a readable error."""
+    try:
+        report = estimate(explorer.controls["model"].value, **settings_of(explorer))
+    except LessonkitError as exc:
+        assert explorer.error is not None
+        assert "Cannot show this combination" in explorer.readout.value
+        assert str(exc)[:40] in explorer.readout.value.replace("&#x27;", "'")
+        return
+    assert explorer.error is None, explorer.error
+    drawn = explorer.chart.heights()[0]
+    for key in CATEGORIES:
+        assert drawn[key] == pytest.approx(report.breakdown[key] / GB)
+    assert f"Peak per GPU: {report.total_bytes / GB:,.1f} GB" in explorer.readout.value
+    fit = [g.name for g in list_gpus() if g.fits(report)]
+    if fit:
+        assert sorted(fitting_names(explorer.readout.value)) == sorted(fit)
+        assert explorer.chart.note.get_text() == "" or report.total_bytes > \
+            max(g.usable_bytes for g in list_gpus())
+    else:
+        assert "Does not fit on any single GPU" in explorer.readout.value
+        assert "does not fit on any single GPU" in explorer.chart.note.get_text()
+
+
+@pytest.fixture
+def vram():
+    return widgets.vram_explorer("7B")
+
+
+def test_vram_explorer_starts_where_estimate_does(vram):
+    assert settings_of(vram) == widgets.SETUP_DEFAULTS
+    check_vram_state(vram)
+    assert "lessonkit-readout" in vram.readout._dom_classes
+    assert len(vram.output.outputs) == 1
+
+
+def test_every_vram_control_at_its_ends_and_every_option(vram):
+    figure, patches = vram.figure, list(vram.chart.containers["weights"].patches)
+    for name, widget in vram.controls.items():
+        start = widget.value
+        for value in extremes(widget):
+            before = vram.readout.value
+            widget.value = value
+            check_vram_state(vram)
+            if value != start and vram.error is None:
+                report = estimate(vram.controls["model"].value, **settings_of(vram))
+                if f"{report.total_bytes / GB:,.1f} GB" not in before:
+                    assert vram.readout.value != before
+        widget.value = start
+    assert vram.figure is figure  # one figure, updated in place
+    assert vram.chart.containers["weights"].patches == patches
+
+
+def test_sliders_have_teaching_ranges(vram):
+    c = vram.controls
+    assert (c["batch_size"].min, c["batch_size"].max) == (1, 64)
+    seqs = [v for _, v in c["seq_len"].options]
+    assert seqs[0] == 128 and seqs[-1] == 32768 and all(b == 2 * a for a, b in zip(seqs, seqs[1:]))
+    ranks = [v for _, v in c["lora_rank"].options]
+    assert ranks[0] == 1 and ranks[-1] == 256
+    c["method"].value = "full"
+    assert c["lora_rank"].disabled
+    c["method"].value = "lora"
+    assert not c["lora_rank"].disabled
+
+
+def test_a_70b_full_fine_tune_does_not_fit_and_qlora_does(vram):
+    vram.controls["model"].value = "70B"
+    vram.controls["method"].value = "full"
+    assert "Does not fit on any single GPU" in vram.readout.value
+    assert "does not fit on any single GPU" in vram.chart.note.get_text()
+    vram.controls["method"].value = "qlora"
+    report = estimate("70B", **settings_of(vram))
+    assert sorted(fitting_names(vram.readout.value)) == sorted(g.name for g in list_gpus() if g.fits(report))
+    assert vram.chart.note.get_text() == ""
+
+
+def test_a_failing_estimate_is_a_message_not_a_traceback(vram, monkeypatch):
+    def broken(model, **settings):
+        raise LessonkitError("that combination is not supported")
+
+    monkeypatch.setattr(widgets, "_estimate", broken)
+    outputs = vram.output.outputs
+    vram.controls["batch_size"].value = 8
+    assert "that combination is not supported" in vram.readout.value
+    assert isinstance(vram.error, LessonkitError)
+    assert vram.output.outputs == outputs  # the last good chart stays
+    monkeypatch.undo()
+    vram.controls["batch_size"].value = 9
+    assert vram.error is None
+    check_vram_state(vram)
+
+
+def test_each_redraw_shows_one_png_of_the_current_chart(vram):
+    from PIL import Image
+
+    vram.controls["batch_size"].value = 16
+    (output,) = vram.output.outputs
+    png = base64.b64decode(output["data"]["image/png"])
+    assert png == vram.png()
+    width, height = Image.open(io.BytesIO(png)).size
+    assert (width, height) == tuple(int(v * widgets.CHART_DPI)
+                                    for v in vram.figure.get_size_inches())
+    assert vram.output.layout.height == f"{height + 8}px"  # fixed height: nothing jumps
+
+
+def test_static_fallback_in_the_display_bundle(vram, monkeypatch):
+    bundle = vram._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert base64.b64decode(bundle["image/png"]) == vram.png()
+    monkeypatch.setenv("LESSONKIT_STATIC", "1")
+    assert widgets.static_mode()
+    bundle = vram._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" not in bundle
+    assert "image/png" in bundle and "Peak per GPU" in bundle["text/plain"]
+    assert "<" not in bundle["text/plain"]
+
+
+def test_css_classes_are_set_and_documented():
+    explorers = [widgets.vram_explorer(), widgets.gpu_matrix_explorer(),
+                 widgets.environment_explorer(), widgets.decision_flow_explorer()]
+    doc = widgets.__doc__
+    for explorer in explorers:
+        assert "lessonkit-explorer" in explorer._dom_classes
+        kind = [c for c in explorer._dom_classes if c != "lessonkit-explorer"][0]
+        assert kind in doc
+        assert "lessonkit-chart" in explorer.output._dom_classes
+        for name, widget in explorer.controls.items():
+            (css,) = [c for c in widget._dom_classes if c.startswith("lessonkit-")]
+            assert css.endswith("-" + widgets.CONTROL_NAMES[name][0]) and css in doc
+    assert "lessonkit-slider-batch" in explorers[0].controls["batch_size"]._dom_classes
+
+
+def test_bad_starting_values_are_clear_errors():
+    with pytest.raises(LessonkitError, match="Sequence length 1000"):
+        widgets.vram_explorer(seq_len=1000)
+    with pytest.raises(LessonkitError, match="Unknown setting 'batchsize'"):
+        widgets.vram_explorer(batchsize=4)
+    with pytest.raises(LessonkitError, match="Batch size"):
+        widgets.vram_explorer(batch_size=100)
+    with pytest.raises(LessonkitError):
+        widgets.vram_explorer("llama-9000")
+
+
+def test_starting_values_and_fixed_settings_reach_the_estimate():
+    explorer = widgets.vram_explorer("mistral-7b", method="qlora", batch_size=4,
+                                     attention="eager")
+    assert explorer.controls["method"].value == "qlora"
+    expected = estimate("mistral-7b", **settings_of(explorer), attention="eager")
+    assert explorer.report.total_bytes == expected.total_bytes
+    assert expected.total_bytes != estimate("mistral-7b", **settings_of(explorer)).total_bytes
+
+
+def test_gpu_matrix_explorer_every_control():
+    explorer = widgets.gpu_matrix_explorer()
+    guide = list_gpus(in_guide=True)
+    assert [g.name for g in explorer.drawn["gpus"]] == \
+        [g.name for g in sorted(guide, key=lambda g: (g.usable_bytes, g.name))]
+    for name, widget in explorer.controls.items():
+        start = widget.value
+        for value in extremes(widget):
+            widget.value = value
+            shown = guide if explorer.controls["gpu_set"].value == "Guide's four" else list_gpus()
+            assert explorer.error is None, explorer.error
+            report = estimate(explorer.controls["model"].value, **settings_of(explorer))
+            assert explorer.report.total_bytes == report.total_bytes
+            assert len(explorer.drawn["bars"].patches) == len(shown)
+            assert explorer.drawn["fits"] == [g.fits(report) for g in explorer.drawn["gpus"]]
+        widget.value = start
+    fixed = widgets.gpu_matrix_explorer(gpus=["t4", "a100"])
+    assert "gpu_set" not in fixed.controls and len(fixed.drawn["gpus"]) == 2
+
+
+def test_environment_explorer_shows_each_environments_cheapest_fitting_setup():
+    from lessonkit.environments import list_environments
+    from lessonkit.recommend import recommend
+
+    explorer = widgets.environment_explorer()
+    for name, widget in explorer.controls.items():
+        start = widget.value
+        for value in extremes(widget):
+            widget.value = value
+            c = {k: w.value for k, w in explorer.controls.items()}
+            try:
+                rec = recommend(c["model"], method=c["method"], tokens=c["tokens"],
+                                batch_size=c["batch_size"], seq_len=c["seq_len"])
+            except LessonkitError as exc:  # shown, not raised
+                assert "Cannot show this combination" in explorer.readout.value
+                assert type(explorer.error) is type(exc)
+                continue
+            assert explorer.error is None, explorer.error
+            for env, row in zip(list_environments(), explorer.rows):
+                mine = [o for o in rec.options if o.environment == env.key and o.fits]
+                if not mine:
+                    assert row["cost"] is None
+                    continue
+                assert row["cost"] == pytest.approx(min(o.cost_usd for o in mine))
+                assert row["option"].gpu in row["gpu"]
+            widths = [p.get_width() for p in explorer.drawn["bars"].patches]
+            assert widths == [r["cost"] or 0.0 for r in explorer.rows]
+        widget.value = start
+    explorer.controls["tokens"].value = 1e7
+    small = {r["name"]: r["cost"] for r in explorer.rows}
+    explorer.controls["tokens"].value = 1e9
+    for row in explorer.rows:
+        if row["cost"] is not None:
+            assert row["cost"] == pytest.approx(100 * small[row["name"]])
+
+
+@pytest.mark.parametrize("size", widgets.MODEL_SIZES)
+def test_decision_flow_explorer_follows_the_guide(size):
+    explorer = widgets.decision_flow_explorer()
+    explorer.controls["size"].value = size
+    for budget in ("Low", "High"):
+        explorer.controls["budget"].value = budget
+        assert explorer.error is None, explorer.error
+        path = charts.decision_path(size, budget)
+        assert explorer.path == path
+        for key, artist in explorer.drawn["nodes"].items():
+            assert charts.is_highlighted(artist) == (key in path)
+        answer = widgets.GUIDE_ANSWERS.get(path[-1])
+        assert (answer or "no branch") in explorer.readout.value
+        assert explorer.controls["budget"].disabled == ("budget" not in path)
+    full = estimate(size, method="full")
+    assert f"full: {full.total_bytes / GB:,.1f} GB" in explorer.readout.value
+
+
+def test_importing_widgets_is_cheap():
+    code = ("import sys, lessonkit.widgets; "
+            "print(any(m in sys.modules for m in ('ipywidgets', 'matplotlib', 'torch')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
