@@ -177,34 +177,36 @@ def gpt2_layer(spec: ModelSpec, ctx: Ctx, i: int, x_grad: bool) -> Saved:
     b, n, t = ctx.batch, ctx.seq, ctx.tokens
     h, inter, c, p = spec.hidden_size, spec.intermediate_size, ctx.c, ctx.p
     heads = spec.n_heads
+    # a 4-bit layer's 16-bit output plus its bias (kept in the weights' dtype) promotes
+    lo = max(c, p) if ctx.qlora else c
     g1 = _layernorm(s, ctx, f"L{i}.ln1", f"L{i}.x", x_grad, h)
     ag = _linear(s, ctx, f"L{i}.c_attn", f"L{i}.ln1.out", p, g1, h, 3 * h, ctx.qlora)
     if ag:
         if ctx.dropout and ctx.cpu:
-            # CPU SDPA with dropout takes the math path, in fp32: q*scale, k, v, the softmax,
-            # the dropout mask and the dropped probabilities
+            # CPU SDPA with dropout takes the math path, in fp32: q*scale, k and v, then the
+            # softmax, the dropout mask and the dropped probabilities
             s.add(f"L{i}.attn.qkv32", 3 * 4 * t * h)
             s.add(f"L{i}.attn.probs", 3 * 4 * b * heads * n * n)
         elif ctx.attention == "eager":
-            s.add(f"L{i}.c_attn.out", c * t * 3 * h)
+            s.add(f"L{i}.c_attn.out", lo * t * 3 * h)
             s.add(f"L{i}.attn.probs32", 4 * b * heads * n * n)
-            if c != 4:
-                s.add(f"L{i}.attn.probs", c * b * heads * n * n)
-            s.add(f"L{i}.attn.mask", _dropout_mask(ctx, b * heads * n * n, c))
+            if lo != 4:
+                s.add(f"L{i}.attn.probs", lo * b * heads * n * n)
+            s.add(f"L{i}.attn.mask", _dropout_mask(ctx, b * heads * n * n, lo))
             if ctx.dropout:
-                s.add(f"L{i}.attn.dropped", c * b * heads * n * n)
+                s.add(f"L{i}.attn.dropped", lo * b * heads * n * n)
         else:
-            s.add(f"L{i}.c_attn.out", c * t * 3 * h)
-            s.add(f"L{i}.attn.out", c * t * h)
+            s.add(f"L{i}.c_attn.out", lo * t * 3 * h)
+            s.add(f"L{i}.attn.out", lo * t * h)
             s.add(f"L{i}.attn.lse", 4 * b * heads * n)
-    og = _linear(s, ctx, f"L{i}.c_proj", f"L{i}.attn.merged", c, ag, h, h, ctx.qlora)
+    og = _linear(s, ctx, f"L{i}.c_proj", f"L{i}.attn.merged", lo, ag, h, h, ctx.qlora)
     if og:
-        s.add(f"L{i}.drop1", _dropout_mask(ctx, t * h, c))
+        s.add(f"L{i}.drop1", _dropout_mask(ctx, t * h, lo))
     g2 = _layernorm(s, ctx, f"L{i}.ln2", f"L{i}.mid", x_grad or og, h)
     fg = _linear(s, ctx, f"L{i}.c_fc", f"L{i}.ln2.out", p, g2, h, inter, ctx.qlora)
     if fg:  # gelu_new's tanh formula: input, tanh, 0.5*x and 1+tanh
-        s.add(f"L{i}.gelu", 4 * c * t * inter)
-    pg = _linear(s, ctx, f"L{i}.mlp.c_proj", f"L{i}.gelu.out", c, fg, inter, h, ctx.qlora)
+        s.add(f"L{i}.gelu", 4 * lo * t * inter)
+    pg = _linear(s, ctx, f"L{i}.mlp.c_proj", f"L{i}.gelu.out", lo, fg, inter, h, ctx.qlora)
     if pg:
-        s.add(f"L{i}.drop2", _dropout_mask(ctx, t * h, c))
+        s.add(f"L{i}.drop2", _dropout_mask(ctx, t * h, lo))
     return s

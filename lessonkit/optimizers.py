@@ -63,7 +63,7 @@ def step_temporaries(optimizer: str, tensors: Tensors, dtype_bytes: int, master:
         return 0
     sd = 4 if master else dtype_bytes
     all_numel = sum(numel * count for numel, _, count in tensors)
-    largest = max(numel for numel, _, _ in tensors)
+    largest, shape = max((numel, shape) for numel, shape, _ in tensors)
     extra = 0
     if master and dtype_bytes != 4:
         extra = 4 * all_numel  # fp32 copies of the gradients for the master step
@@ -74,6 +74,9 @@ def step_temporaries(optimizer: str, tensors: Tensors, dtype_bytes: int, master:
     if optimizer == "lion":
         return extra + 3 * sd * largest
     if optimizer == "adafactor":
+        # fp32 copies of a 16-bit parameter and its gradient, the squared gradient and the
+        # update, and the row and column factors, for the largest tensor
         upcast = 2 * 4 * largest if dtype_bytes != 4 else 0
-        return extra + upcast + 3 * 4 * largest
+        factors = 4 * (shape[0] + shape[-1]) if len(shape) >= 2 else 0
+        return extra + upcast + 2 * 4 * largest + factors
     return extra  # fused AdamW, 8-bit AdamW, SGD: in place

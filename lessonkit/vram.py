@@ -299,7 +299,6 @@ class _Step:
             acts._layernorm(head, ctx, "final", "final.x", True, h)
             # the embeddings' dropout and the position ids
             head.add("embed.drop", acts._dropout_mask(ctx, t * h, p))
-            head.add("embed.drop.out", p * t * h if ctx.dropout else 0)
             head.add("position_ids", 8 * s.seq_len)
         else:
             acts._rmsnorm(head, ctx, "final", "final.x", True, h)
@@ -308,13 +307,14 @@ class _Step:
         self.head_copies = head.weight_copies
         self.logsoftmax = 4 * t * v
         self.inputs = 8 * t  # input_ids (the labels are the same tensor)
-        if ckpt:
-            self.stored = layers_in = spec.n_layers * p * t * h
-            self.fw_layers = layers_in + self.rope
+        if ckpt:  # each layer keeps its input; autocast still caches every weight copy
+            self.fw_layers = spec.n_layers * p * t * h + self.rope
+            self.fw_copies = self.first_copies + (spec.n_layers - 1) * self.layer_copies
         else:
             self.fw_layers = (self.first_saved + self.first_copies
                               + (spec.n_layers - 1) * (self.layer_saved + self.layer_copies)
                               + self.rope)
+            self.fw_copies = 0
 
     def phases(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
         spec, s, ctx = self.spec, self.s, self.ctx
@@ -326,17 +326,27 @@ class _Step:
         fw = dict(static, gradients=grads_fw,
                   activations=self.inputs + self.fw_layers + self.head_saved + last_hidden
                   + 8 * s.batch_size * (s.seq_len + 1),
-                  logits=logits_fw, temporaries=self.head_copies + self.gather)
+                  logits=logits_fw, temporaries=self.head_copies + self.fw_copies + self.gather)
         bw_start = dict(static, gradients=grads_fw,
                         activations=self.inputs + self.fw_layers + self.head_saved,
                         logits=self.logsoftmax + 8 * t * v,
                         temporaries=self.head_copies + self.gather)
-        bw_end = dict(static, gradients=self.gradients, activations=self.inputs,
-                      temporaries=self.ddp_buckets + self.gather
-                      + (4 * v * h if ctx.full else 0))
+        # backward of the last layer: every activation still saved (with checkpointing, that
+        # layer's recomputed ones too), the head's gradients, and the gradients flowing back
+        inter = spec.intermediate_size
+        flowing = 2 * p * t * h + c * t * h + 3 * c * t * inter
+        recompute = (self.layer_saved + self.layer_copies) if s.gradient_checkpointing else 0
+        bw_layer = dict(static, gradients=grads_fw + self.head_grads,
+                        activations=self.inputs + self.fw_layers + recompute + flowing,
+                        temporaries=self.gather)
+        # end: every gradient; tied embeddings add the embedding's gradient to lm_head's
+        tied = 2 * p * v * h if ctx.full and spec.tie_embeddings else 0
+        bw_end = dict(static, gradients=self.gradients,
+                      activations=self.inputs + 2 * p * t * h + tied,
+                      temporaries=self.ddp_buckets + self.gather)
         step = dict(static, gradients=self.gradients, activations=self.inputs,
                     temporaries=self.step_temps + self.ddp_buckets)
-        bw = max((bw_start, bw_end), key=lambda d: sum(d.values()))
+        bw = max((bw_start, bw_layer, bw_end), key=lambda d: sum(d.values()))
         by_phase = {"forward": fw, "backward": bw, "optimizer": step}
         return {k: sum(d.values()) for k, d in by_phase.items()}, by_phase
 
