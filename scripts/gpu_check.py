@@ -174,6 +174,7 @@ def health_rows() -> list[dict[str, Any]]:
         "compute capability": (_capability(getattr(gpu, "compute_capability", None)),
                                f"{props.major}.{props.minor}", "torch"),
         "native bf16": (getattr(gpu, "native_bf16", None), props.major >= 8, "torch (capability >= 8.0)"),
+        "smoke test": (getattr(gpu, "smoke_test", None), "passed", "a matmul on the GPU"),
     }
     nvml = _nvml()
     if nvml is not None:
@@ -344,6 +345,11 @@ def run_notebooks(notebooks: list[Path], out: Path, deadline: float) -> list[dic
 
 
 # ----- the results table -------------------------------------------------------------------
+def gb(n: int) -> float:
+    """Bytes as GB with four significant figures (tiny dry-run models stay readable)."""
+    return float(f"{n / GB:.4g}")
+
+
 def table_row(row: dict[str, Any]) -> dict[str, Any]:
     s = row["settings"]
     cells: dict[str, Any] = {
@@ -355,8 +361,8 @@ def table_row(row: dict[str, Any]) -> dict[str, Any]:
     for key, est_label, meas_label in (("allocated", "estimate allocated GB", "measured allocated GB"),
                                        ("reserved", "estimate reserved GB", "measured reserved GB"),
                                        ("driver", "estimate total GB", "measured driver GB")):
-        cells[est_label] = round(est[key] / GB, 3) if key in est else None
-        cells[meas_label] = round(meas[key] / GB, 3) if key in meas else None
+        cells[est_label] = gb(est[key]) if key in est else None
+        cells[meas_label] = gb(meas[key]) if key in meas else None
         cells[f"{key} margin"] = None if mar.get(key) is None else round(100 * mar[key], 1)
     cells["status"] = row["status"] + (f" ({row['reason']})" if row.get("reason") else "")
     return cells
@@ -368,7 +374,7 @@ def _cell(value: Any, column: str) -> str:
     if column.endswith("margin"):
         return f"{value:+.1f}%"
     if column.endswith("GB"):
-        return f"{value:.2f}"
+        return f"{value:g}"
     return str(value).replace("|", "/")
 
 
@@ -376,8 +382,10 @@ def markdown(results: dict[str, Any]) -> str:
     env = results["environment"]
     lines = [f"### GPU validation run of {env['date']} on {env['gpu']}", "",
              "| | |", "| --- | --- |"]
-    for key in ("gpu", "compute_capability", "driver", "cuda", "torch", "transformers", "peft",
-                "accelerate", "bitsandbytes", "python", "date"):
+    if env.get("gpu_memory_bytes"):
+        env = env | {"gpu memory": f"{env['gpu_memory_bytes'] / 2**30:.1f} GiB"}
+    for key in ("gpu", "gpu memory", "compute_capability", "driver", "cuda", "torch",
+                "transformers", "peft", "accelerate", "bitsandbytes", "python", "date"):
         lines.append(f"| {key} | {env.get(key) or '-'} |")
     tol = ", ".join(f"{k} {100 * v:.0f}%" for k, v in TOLERANCE.items())
     lines += ["", f"Margins are estimate / measured - 1 (positive: the calculator over-estimates); "

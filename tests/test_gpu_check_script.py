@@ -99,7 +99,7 @@ def test_dry_run_numbers_are_lessonkit_s_estimate_and_measurement(dry_run: dict)
             expected = row["estimate"][key] / row["measured"][key] - 1
             assert row["margins"][key] == pytest.approx(expected)
             assert cells[f"{key} margin"] == round(100 * expected, 1)
-        assert cells["estimate total GB"] == round(estimate.total_bytes / 1e9, 3)
+        assert cells["estimate total GB"] == pytest.approx(estimate.total_bytes / 1e9, rel=1e-3)
         assert cells["batch x seq"] == f"{config.batch_size} x {config.seq_len}"
         within = all(abs(row["margins"][k]) <= gpu_check.TOLERANCE[k] for k in gpu_check.READINGS)
         assert cells["status"].startswith("ok" if within else "fail")
@@ -121,6 +121,7 @@ def test_readings_and_margins_from_a_report() -> None:
     assert gpu_check.margin(1100, 1000) == pytest.approx(0.1)
     assert gpu_check.margin(900, 1000) == pytest.approx(-0.1)
     assert gpu_check.margin(5, 0) is None
+    assert gpu_check.gb(1_387_720) == 0.001388 and gpu_check.gb(25_374_000_000) == 25.37
 
 
 def _row(allocated: int, reserved: int, driver: int) -> dict:
