@@ -155,11 +155,6 @@ def _outer_tensors(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
     return out
 
 
-def _shard(shape: tuple[int, ...], n: int) -> int:
-    """Elements of one rank's shard when dim 0 is split over n ranks (padded, as FSDP does)."""
-    return math.ceil(shape[0] / n) * math.prod(shape[1:])
-
-
 def _nf4_bytes(numel: int, double_quant: bool) -> int:
     blocks = math.ceil(numel / NF4_BLOCK)
     constants = blocks + 4 * math.ceil(blocks / NF4_NESTED_BLOCK) if double_quant else 4 * blocks
@@ -201,70 +196,72 @@ class _Step:
 
     def __init__(self, spec: ModelSpec, s: _Settings) -> None:
         self.spec, self.s = spec, s
-        self.notes: list[str] = []
         full, lora, qlora = s.method == "full", s.method != "full", s.method == "qlora"
         self.p = 2 if s.precision in ("bf16", "bf16-master") else 4
         self.c = 4 if s.precision == "fp32" else 2
         self.mixed = s.precision.endswith("-mixed")
         self.ad = DTYPE_BYTES[s.lora_dtype]
         master = s.precision == "bf16-master"
-        n = s.n_gpus
-        shard_w = n if s.zero_stage == 3 else 1
-        shard_g = n if s.zero_stage >= 2 else 1
-        shard_o = n if s.zero_stage >= 1 else 1
+        n, zero = s.n_gpus, s.zero_stage
         layers = spec.n_layers
 
-        # weights, and the trainable tensors (numel per rank, shape, count)
-        weights = 0
-        trainable: list[tuple[int, tuple[int, ...], int]] = []
-        layer_grad_bytes = 0
+        def local(shape: tuple[int, ...], stage: int) -> tuple[int, ...]:
+            """One rank's piece: ZeRO-1/2 take a flat slice, ZeRO-3 (FSDP) rows of dim 0."""
+            if n == 1 or stage == 0:
+                return shape
+            if stage == 3:
+                return (math.ceil(shape[0] / n),) + shape[1:]
+            return (math.ceil(math.prod(shape) / n),)
+
+        # (shape, dtype bytes, count) of every parameter tensor; trainable ones apart
+        weights = _buffer_bytes(spec)
+        trainable: list[tuple[tuple[int, ...], int]] = []
         for kind, shape in _layer_tensors(spec):
-            numel = math.prod(shape)
             if qlora and kind == "linear":
-                weights += _nf4_bytes(numel, s.double_quant) * layers
+                weights += _nf4_bytes(math.prod(shape), s.double_quant) * layers
                 continue
-            weights += self.p * _shard(shape, shard_w) * layers
+            weights += self.p * math.prod(local(shape, 3 if zero == 3 else 0)) * layers
             if full:
-                trainable.append((_shard(shape, shard_o), shape, layers))
-                layer_grad_bytes += self.p * numel
-        outer_grads = 0
+                trainable.append((shape, layers))
         for kind, shape in _outer_tensors(spec):
-            weights += self.p * _shard(shape, shard_w)
+            weights += self.p * math.prod(local(shape, 3 if zero == 3 else 0))
             if full:
-                trainable.append((_shard(shape, shard_o), shape, 1))
-                outer_grads += self.p * math.prod(shape)
+                trainable.append((shape, 1))
         if lora:
             for n_in, n_out in spec.lora_shapes(s.lora_targets):
                 for shape in ((s.lora_rank, n_in), (n_out, s.lora_rank)):
-                    weights += self.ad * _shard(shape, shard_w) * layers
-                    trainable.append((_shard(shape, shard_o), shape, layers))
-                    layer_grad_bytes += self.ad * math.prod(shape)
-        weights += _buffer_bytes(spec)
+                    weights += self.ad * math.prod(local(shape, 3 if zero == 3 else 0)) * layers
+                    trainable.append((shape, layers))
         self.weights = weights
         grad_dtype = self.ad if lora else self.p
-        self.trainable_params = sum(numel * count for numel, _, count in trainable) * shard_o
-        # gradients: the same tensors, in the trainable dtype, sharded from ZeRO-2
-        grads_full = layer_grad_bytes * layers + outer_grads
-        self.gradients = math.ceil(grads_full / shard_g) if shard_g > 1 else grads_full
-        if shard_g == 1 and shard_o > 1:
-            pass
-        self.layer_grads = layer_grad_bytes / shard_g
-        self.head_grads = (0 if not full or spec.tie_embeddings
-                           else self.p * spec.vocab_size * spec.hidden_size / shard_g)
-        state = opt.state_bytes(s.optimizer, trainable, grad_dtype, master)
+        self.trainable_params = sum(math.prod(sh) * count for sh, count in trainable)
+        grads_full = grad_dtype * self.trainable_params
+        # gradients: sharded from ZeRO-2; DDP (several GPUs, ZeRO-0) adds its flat buckets
+        g_stage = zero if zero >= 2 else 0
+        self.gradients = sum(grad_dtype * math.prod(local(sh, g_stage)) * count
+                             for sh, count in trainable)
+        self.buckets = grads_full if n > 1 and zero == 0 else 0  # allocated up front
+        self.gradients += self.buckets
+        self.head_grads = (self.p * spec.vocab_size * spec.hidden_size / (n if zero >= 2 else 1)
+                           if full and not spec.tie_embeddings else 0)
+        # optimizer states: sharded from ZeRO-1
+        shards = [(math.prod(local(sh, zero)), local(sh, zero), count) for sh, count in trainable]
+        state = opt.state_bytes(s.optimizer, shards, grad_dtype, master)
         if s.optimizer == "adamw-fused":
-            state += 4 * sum(count for _, _, count in trainable)  # step scalars on the GPU
+            state += 4 * sum(count for _, count in trainable)  # step counters on the GPU
+        self.offload_bytes = state if s.offload_optimizer else 0
         self.optimizer = 0 if s.offload_optimizer else state
         self.step_temps = 0 if s.offload_optimizer else opt.step_temporaries(
-            s.optimizer, trainable, grad_dtype, master)
-        if s.n_gpus > 1 and s.zero_stage == 0:
-            self.ddp_buckets = grads_full  # DDP's flat gradient buckets, a second copy
-        else:
-            self.ddp_buckets = 0
+            s.optimizer, shards, grad_dtype, master)
         self.gather = 0
-        if s.zero_stage == 3 and n > 1:
-            per_layer = sum(self.p * math.prod(sh) for _, sh in _layer_tensors(spec))
-            self.gather = 2 * per_layer  # the layer being computed and the next one prefetched
+        if zero == 3 and n > 1:
+            # FSDP keeps the root's parameters (embeddings, final norm, lm_head) gathered for
+            # the whole forward and backward, and gathers one decoder layer at a time
+            layer = sum(math.prod(sh) for _, sh in _layer_tensors(spec))
+            if lora:
+                layer += sum(s.lora_rank * (a + b) for a, b in spec.lora_shapes(s.lora_targets))
+            outer = sum(math.prod(sh) for _, sh in _outer_tensors(spec))
+            self.gather = self.p * (outer + layer)
 
         # activations
         targets = (frozenset(k.split(".")[-1] for k in spec.linear_shapes())
@@ -307,9 +304,10 @@ class _Step:
         self.head_copies = head.weight_copies
         self.logsoftmax = 4 * t * v
         self.inputs = 8 * t  # input_ids (the labels are the same tensor)
-        if ckpt:  # each layer keeps its input; autocast still caches every weight copy
+        if ckpt:  # each layer keeps its input; autocast still caches trained weights' copies
             self.fw_layers = spec.n_layers * p * t * h + self.rope
-            self.fw_copies = self.first_copies + (spec.n_layers - 1) * self.layer_copies
+            self.fw_copies = (self.first_copies + (spec.n_layers - 1) * self.layer_copies
+                              if full else 0)
         else:
             self.fw_layers = (self.first_saved + self.first_copies
                               + (spec.n_layers - 1) * (self.layer_saved + self.layer_copies)
@@ -320,7 +318,7 @@ class _Step:
         spec, s, ctx = self.spec, self.s, self.ctx
         t, h, v, p, c = ctx.tokens, spec.hidden_size, spec.vocab_size, self.p, self.c
         static = {"weights": self.weights, "optimizer": self.optimizer}
-        grads_fw = self.gradients if s.gradient_accumulation > 1 else 0
+        grads_fw = self.gradients if s.gradient_accumulation > 1 else self.buckets
         logits_fw = c * t * v + (4 * t * v if c != 4 else 0) + self.logsoftmax
         last_hidden = p * t * h
         fw = dict(static, gradients=grads_fw,
@@ -343,12 +341,99 @@ class _Step:
         tied = 2 * p * v * h if ctx.full and spec.tie_embeddings else 0
         bw_end = dict(static, gradients=self.gradients,
                       activations=self.inputs + 2 * p * t * h + tied,
-                      temporaries=self.ddp_buckets + self.gather)
+                      temporaries=self.gather)
         step = dict(static, gradients=self.gradients, activations=self.inputs,
-                    temporaries=self.step_temps + self.ddp_buckets)
+                    temporaries=self.step_temps)
         bw = max((bw_start, bw_layer, bw_end), key=lambda d: sum(d.values()))
         by_phase = {"forward": fw, "backward": bw, "optimizer": step}
         return {k: sum(d.values()) for k, d in by_phase.items()}, by_phase
+
+    def assumptions(self) -> list[str]:
+        spec, s = self.spec, self.s
+        notes = []
+        if spec.note:
+            notes.append(spec.note)
+        notes.append({
+            "fp32": "fp32 weights, gradients, optimizer states and compute.",
+            "bf16-mixed": "fp32 weights under bf16 autocast: fp32 gradients and states, plus "
+                          "autocast's bf16 copy of each weight, kept until its backward.",
+            "fp16-mixed": "fp32 weights under fp16 autocast: fp32 gradients and states, plus "
+                          "autocast's fp16 copy of each weight (loss scaling adds nothing).",
+            "bf16": "Pure bf16: weights, gradients and optimizer states all in bf16.",
+            "bf16-master": "bf16 weights and gradients; the optimizer keeps fp32 master weights "
+                           "and fp32 states (4 + 4 + 4 bytes per parameter) and makes fp32 "
+                           "copies of the gradients at the step.",
+        }[s.precision])
+        notes.append({
+            "adamw": "torch.optim.AdamW with foreach=True (the CUDA default): 2 states per "
+                     "parameter, and one parameter-sized temporary set during the step.",
+            "adamw-fused": "torch.optim.AdamW(fused=True): 2 states per parameter, no step "
+                           "temporaries.",
+            "adamw-forloop": "torch.optim.AdamW(foreach=False): 2 states per parameter; the step "
+                             "goes one tensor at a time (two temporaries of the largest).",
+            "adamw-8bit": "bitsandbytes AdamW8bit: 2 uint8 states per parameter plus an fp32 "
+                          "absmax per 256 values; tensors under 4096 elements keep fp32 states.",
+            "paged-adamw-8bit": "bitsandbytes PagedAdamW8bit: as AdamW8bit, counted on the GPU "
+                                "(paging can move the states to CPU RAM under pressure).",
+            "sgd": "SGD without momentum: no optimizer state.",
+            "sgd-momentum": "SGD with momentum: one state per parameter.",
+            "adafactor": "transformers Adafactor: a row and a column vector per matrix (fp32), "
+                         "no first moment.",
+            "lion": "Lion: one momentum state per parameter.",
+        }[s.optimizer])
+        if s.method != "full":
+            targets = s.lora_targets if isinstance(s.lora_targets, str) else ", ".join(s.lora_targets)
+            notes.append(f"LoRA rank {s.lora_rank} on {targets}: "
+                         f"{self.trainable_params:,} trainable parameters in {s.lora_dtype} "
+                         "(peft keeps adapters in fp32 by default); the base model is frozen.")
+        if s.method == "qlora":
+            dq = ("double quantization (a uint8 absmax per 64 values and an fp32 constant per "
+                  "256 blocks)" if s.double_quant else "an fp32 absmax per 64 values")
+            notes.append("QLoRA: the decoder's linear weights in NF4, 0.5 bytes per parameter "
+                         f"with {dq}; embeddings, norms and lm_head stay in "
+                         f"{'fp32' if self.p == 4 else 'bf16'}. Each layer's weight is "
+                         "dequantized into a 16-bit temporary in forward and again in backward.")
+        attn = {"sdpa": "SDPA attention (flash / memory-efficient kernels): no seq x seq matrix "
+                        "is kept.",
+                "flash": "FlashAttention: no seq x seq matrix is kept.",
+                "eager": "Eager attention: the seq x seq scores and probabilities are kept for "
+                         "every head (fp32 softmax)."}[s.attention]
+        notes.append(attn)
+        if spec.family == "gpt2":
+            notes.append("GPT-2's dropout (0.1, transformers' default) is on: each dropout keeps "
+                         "a mask" + (" in its input's dtype, and SDPA takes the math path "
+                                     "(CPU kernels)." if s.device == "cpu" else " of 1 byte "
+                                     "per element."))
+        if s.gradient_checkpointing:
+            notes.append("Gradient checkpointing: each layer keeps only its input; one layer's "
+                         "activations are recomputed at a time in backward.")
+        if s.gradient_accumulation > 1:
+            notes.append(f"{s.gradient_accumulation} micro-batches: activations are those of "
+                         "one micro-batch, but gradients stay allocated between them.")
+        logits = 4 * s.batch_size * s.seq_len * spec.vocab_size
+        notes.append(f"Logits: the loss upcasts the logits to fp32 and keeps the log-softmax "
+                     f"({logits / GB:.2f} GB for a vocabulary of {spec.vocab_size:,}); "
+                     "their gradients appear at the start of backward.")
+        if s.n_gpus > 1 or s.zero_stage:
+            kind = {0: "DDP: everything replicated, plus gradient buckets as large as the "
+                       "gradients",
+                    1: "ZeRO-1: optimizer states sharded",
+                    2: "ZeRO-2: optimizer states and gradients sharded",
+                    3: "ZeRO-3: parameters, gradients and states sharded, plus two layers "
+                       "gathered in full (the current and the prefetched one)"}[s.zero_stage]
+            notes.append(f"{s.n_gpus} GPUs, {kind}; figures are per GPU.")
+        if s.offload_optimizer:
+            notes.append("Optimizer states offloaded to CPU RAM: 0 on the GPU (the CPU needs "
+                         f"{self.offload_bytes / GB:.1f} GB for them and the step).")
+        if s.device == "cuda":
+            const = cuda_constants()
+            ratio = const["allocator_margin_ratio"] - 1
+            notes.append(f"CUDA context {const['cuda_context_bytes'] / GB:.2f} GB and an "
+                         f"allocator margin of {ratio:.0%} of the tensor peak "
+                         f"(source: {const['source']}; as of {const['as_of']}).")
+        else:
+            notes.append("device='cpu': no CUDA context and no allocator margin.")
+        return notes
 
     def report(self) -> MemoryReport:
         peaks, by_phase = self.phases()
@@ -364,5 +449,5 @@ class _Step:
             "weight_bytes": self.weights, "gradient_bytes": self.gradients,
             "optimizer_bytes": self.optimizer, "trainable_parameters": self.trainable_params}
         return MemoryReport(model=self.spec, settings=settings, breakdown=breakdown,
-                            peak_phase=phase, phase_peaks=peaks, assumptions=self.notes,
+                            peak_phase=phase, phase_peaks=peaks, assumptions=self.assumptions(),
                             source="estimate")
