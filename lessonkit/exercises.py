@@ -135,6 +135,15 @@ def hint(question_id: str) -> str:
     return _question(question_id)[1]["hint"]
 
 
+def options(question_id: str) -> list[str] | dict[str, dict[str, Any]]:
+    """The options of a choice question: names, or name -> the run settings it stands for."""
+    _, question = _question(question_id)
+    found = question.get("options", [])
+    if any(isinstance(o, dict) and "settings" in o for o in found):
+        return {o["name"]: dict(o["settings"]) for o in found}
+    return [o if isinstance(o, str) else o["name"] for o in found]
+
+
 def answer_key(question_id: str) -> Any:
     """The expected answer, computed now from lessonkit (what check compares against)."""
     qid, _ = _question(question_id)
@@ -500,8 +509,13 @@ def _fake_torch(total_memory: int | None, name: str = "Tesla T4") -> types.Modul
 
 def _run_with_fake_torch(fn: Callable[[], Any], torch: types.ModuleType) -> str:
     """Call ``fn()`` with ``torch`` bound to the fake (global name and import); its printout."""
+    closure = fn.__closure__
+    if closure and "torch" in fn.__code__.co_freevars:  # torch imported in an enclosing function
+        cells = list(closure)
+        cells[fn.__code__.co_freevars.index("torch")] = types.CellType(torch)
+        closure = tuple(cells)
     patched = types.FunctionType(fn.__code__, {**fn.__globals__, "torch": torch},
-                                 fn.__name__, fn.__defaults__, fn.__closure__)
+                                 fn.__name__, fn.__defaults__, closure)
     saved = sys.modules.get("torch"), sys.modules.get("torch.cuda")
     sys.modules["torch"], sys.modules["torch.cuda"] = torch, torch.cuda
     out = io.StringIO()
@@ -769,38 +783,39 @@ def _lora_batch4_fits_t4() -> str:
     return _yes_no(_gpu("T4").fits(_lora_7b_batch4()))
 
 
-def _fewest_a100s(method: str, **settings: Any) -> int:
+def _fewest_a100s(method: str, precision: str) -> int:
     a100 = _gpu("A100 80GB")
     for n in range(1, 257):
-        if a100.fits(_method_run("llama-2-70b", method, n_gpus=n, zero_stage=3, **settings)):
+        if a100.fits(_estimate("llama-2-70b", method=method, precision=precision,
+                               n_gpus=n, zero_stage=3)):
             return n
     raise LessonkitError(f"{method} of 70B does not fit on 256 A100s")
 
 
 @_expects("04.1")
 def _a100s_for_full_70b() -> int:
-    return _fewest_a100s("full")
+    return _fewest_a100s("full", "bf16-master")
 
 
 @_expects("04.2")
 def _a100s_for_lora_70b() -> int:
-    return _fewest_a100s("lora")
+    return _fewest_a100s("lora", "bf16")
 
 
 @_expects("04.3")
 def _methods_on_8_a100s() -> set[str]:
-    from .options import METHODS
-
     a100 = _gpu("A100 80GB")
-    return {m for m in METHODS
-            if a100.fits(_method_run("llama-2-70b", m, n_gpus=8, zero_stage=3))}
+    settings = _bank()["04.3"]["method_settings"]
+    return {m for m, kw in settings.items()
+            if a100.fits(_estimate("llama-2-70b", method=m, n_gpus=8, **kw))}
 
 
 @_expects("04.4")
 def _gpus_under_half_a_dollar() -> set[str]:
     from .gpus import list_gpus
 
-    run = _estimate("llama-3.1-8b", method="qlora", precision="bf16", batch_size=4, seq_len=1024)
+    run = _estimate("llama-3.1-8b", method="qlora", precision="bf16", batch_size=4, seq_len=1024,
+                    gradient_checkpointing=True)
     return {g.name for g in list_gpus()
             if g.price_per_hour is not None and g.price_per_hour.typical <= 0.5 and g.fits(run)}
 
@@ -872,7 +887,13 @@ def _pcie4_over_hbm3() -> float:
 def _fourteen_gb_model() -> dict[str, float]:
     report = _estimate("7B", method="full", precision="bf16", optimizer="adamw",
                        batch_size=1, seq_len=512)
-    return {row: report.breakdown[row] for row in _bank()["06.4"]["rows"]}
+    b = report.breakdown
+    # At this run's peak (the optimizer step) the activations are already freed: take what
+    # the forward pass adds on top of the weights and optimizer states.
+    forward = report.phase_peaks["forward"] - b["weights"] - b["optimizer"]
+    rows = {"gradients": b["gradients"], "optimizer": b["optimizer"], "activations": forward,
+            "cuda_context": b["cuda_context"]}
+    return {row: rows[row] for row in _bank()["06.4"]["rows"]}
 
 
 @_expects("06.6")
@@ -881,6 +902,6 @@ def _largest_qlora_preset() -> set[str]:
 
     gpu = _gpu("RTX 4090")
     fitting = [get_preset(n) for n in preset_names()
-               if gpu.fits(_estimate(n, method="qlora", precision="bf16"))]
+               if gpu.fits(_estimate(n, method="qlora", precision="bf16", lora_targets="all-linear"))]
     most = max(spec.n_params for spec in fitting)
     return {spec.name for spec in fitting if spec.n_params == most}

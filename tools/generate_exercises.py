@@ -105,10 +105,34 @@ def _assigns_text(region: str, name: str) -> bool:
                for node in tree.body)
 
 
+def _without_regions(text: str) -> str:
+    """Code with its solution regions and IPython magics (%pip, !ls) removed."""
+    kept, inside = [], False
+    for line in text.splitlines(keepends=True):
+        if BEGIN.match(line.rstrip("\n")):
+            inside = True
+        elif END.match(line.rstrip("\n")):
+            inside = False
+        elif not inside and not line.lstrip().startswith(("%", "!")):
+            kept.append(line)
+    return "".join(kept)
+
+
+def _loaded_names(code: str) -> set[str]:
+    """Names that code reads (not keyword arguments or strings that merely look alike)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set(re.findall(r"[A-Za-z_]\w*", code))
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)
+            and isinstance(node.ctx, ast.Load)}
+
+
 def _code_placeholder(region: str, indent: str, later_code: str) -> list[str]:
     if indent:
         return [f'{indent}raise NotImplementedError("your code here")\n']
-    used = [n for n in _assigned_names(region) if re.search(rf"\b{re.escape(n)}\b", later_code)]
+    loaded = _loaded_names(later_code)
+    used = [n for n in _assigned_names(region) if n in loaded]
     if not used:
         return ["# your code here\n"]
     return [f'{name} = """Your answer here."""  # your answer here, as text\n'
@@ -137,7 +161,7 @@ def replace_regions(text: str, cell_type: str, later_code: str, where: str) -> s
         if j == len(lines):
             raise GeneratorError(f"{where}: '### BEGIN SOLUTION' without an END")
         region = "".join(lines[i + 1:j])
-        rest = "".join(lines[j + 1:]) + later_code
+        rest = _without_regions("".join(lines[j + 1:])) + "\n" + later_code
         if cell_type == "code":
             out += _code_placeholder(region, begin.group(1), rest)
         else:
@@ -152,7 +176,8 @@ def make_exercise(solution: dict, name: str) -> dict:
     """The exercise notebook for a (cleaned) solution notebook called ``name``."""
     nb = clean_notebook(solution)
     cells = [c for c in nb["cells"] if SOLUTION_ONLY_TAG not in c["metadata"].get("tags", [])]
-    code_after = ["".join(_source(c) for c in cells[k + 1:] if c["cell_type"] == "code")
+    code_after = ["\n".join(_without_regions(_source(c)) for c in cells[k + 1:]
+                            if c["cell_type"] == "code")
                   for k in range(len(cells))]
     for k, cell in enumerate(cells):
         text = _source(cell).replace(f"solutions/{name}", f"exercises/{name}")

@@ -1,0 +1,222 @@
+"""Exercise and solution notebooks: one source, in sync, and every check reports as it should."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lessonkit.exercises import key_points_found, question_ids
+
+ROOT = Path(__file__).resolve().parent.parent
+GENERATOR = ROOT / "tools" / "generate_exercises.py"
+SECTIONS = ("01_vram_equation", "02_gpu_selection_matrix", "03_choosing_your_environment",
+            "04_hardware_decision_flow", "05_checking_your_environment", "06_summary_and_reflection")
+REPO_URL = "https://github.com/gpu-survival-guide/gpu-survival-guide"
+
+
+def load_generator():
+    spec = importlib.util.spec_from_file_location("generate_exercises", GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = load_generator()
+
+
+def run_generator(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(GENERATOR), *args], capture_output=True, text=True)
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def read(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# ----- one source, in sync ------------------------------------------------------------------
+def test_every_section_has_a_solution_and_an_exercise():
+    assert sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb")) == list(SECTIONS)
+    assert sorted(p.stem for p in (ROOT / "exercises").glob("*.ipynb")) == list(SECTIONS)
+    sections = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if sections:  # the section notebooks carry the same names
+        assert sections == list(SECTIONS)
+
+
+def test_committed_exercises_match_their_solutions():
+    result = run_generator("--check")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture
+def copy_of_notebooks(tmp_path: Path) -> tuple[Path, Path]:
+    solutions, exercises = tmp_path / "solutions", tmp_path / "exercises"
+    shutil.copytree(ROOT / "solutions", solutions)
+    shutil.copytree(ROOT / "exercises", exercises)
+    return solutions, exercises
+
+
+def test_check_fails_on_a_hand_edited_exercise(copy_of_notebooks):
+    solutions, exercises = copy_of_notebooks
+    dirs = ["--solutions", str(solutions), "--exercises", str(exercises)]
+    assert run_generator("--check", *dirs).returncode == 0
+    target = exercises / "02_gpu_selection_matrix.ipynb"
+    target.write_text(target.read_text().replace("answer = ...", "answer = 80", 1))
+    result = run_generator("--check", *dirs)
+    assert result.returncode == 1
+    assert "02_gpu_selection_matrix.ipynb: differs" in result.stderr and "answer = 80" in result.stderr
+    assert run_generator(*dirs).returncode == 0  # regenerating repairs it
+    assert run_generator("--check", *dirs).returncode == 0
+
+
+def test_check_fails_on_an_edited_solution_missing_or_extra_exercise(copy_of_notebooks):
+    solutions, exercises = copy_of_notebooks
+    dirs = ["--solutions", str(solutions), "--exercises", str(exercises)]
+    nb = read(solutions / "01_vram_equation.ipynb")
+    nb["cells"][0]["source"].append("\nA new sentence.")
+    (solutions / "01_vram_equation.ipynb").write_text(json.dumps(nb))
+    (exercises / "03_choosing_your_environment.ipynb").unlink()
+    shutil.copy(exercises / "04_hardware_decision_flow.ipynb", exercises / "99_stray.ipynb")
+    result = run_generator("--check", *dirs)
+    assert result.returncode == 1
+    for expected in ("01_vram_equation.ipynb: differs", "03_choosing_your_environment.ipynb: missing",
+                     "99_stray.ipynb: has no solution notebook"):
+        assert expected in result.stderr
+
+
+def test_generation_is_deterministic(copy_of_notebooks, tmp_path):
+    solutions, _ = copy_of_notebooks
+    first, second = tmp_path / "first", tmp_path / "second"
+    for out in (first, second):
+        assert run_generator("--solutions", str(solutions), "--exercises", str(out)).returncode == 0
+    for path in first.glob("*.ipynb"):
+        assert path.read_bytes() == (second / path.name).read_bytes()
+        assert path.read_bytes() == (ROOT / "exercises" / path.name).read_bytes()
+
+
+# ----- what the generator writes ------------------------------------------------------------
+def test_code_regions_become_placeholders_that_keep_the_check_working():
+    text = ("x = 1\n### BEGIN SOLUTION\nhelper = 2\nanswer = helper * x\n### END SOLUTION\n"
+            'check("01.1", answer)')
+    assert gen.replace_regions(text, "code", "", "t") == (
+        'x = 1\nanswer = ...  # your answer here\ncheck("01.1", answer)')
+    text = '### BEGIN SOLUTION\nanswer = """Because."""\n### END SOLUTION\ncheck("06.3", answer)'
+    assert gen.replace_regions(text, "code", "", "t").startswith('answer = """Your answer here."""')
+    nested = "def f():\n    x = 1\n    ### BEGIN SOLUTION\n    y = 2\n    ### END SOLUTION\n    return y\n"
+    assert gen.replace_regions(nested, "code", "", "t") == (
+        'def f():\n    x = 1\n    raise NotImplementedError("your code here")\n    return y\n')
+
+
+def test_markdown_regions_become_a_prompt():
+    text = "**Why?**\n\n### BEGIN SOLUTION\nBecause of bandwidth.\n### END SOLUTION\n"
+    assert gen.replace_regions(text, "markdown", "", "t") == "**Why?**\n\n_Your answer here._\n"
+
+
+@pytest.mark.parametrize("text", ["### BEGIN SOLUTION\nx = 1\n", "x = 1\n### END SOLUTION\n",
+                                  "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n"])
+def test_unbalanced_markers_are_an_error(text):
+    with pytest.raises(gen.GeneratorError, match="SOLUTION"):
+        gen.replace_regions(text, "code", "", "solutions/x.ipynb cell 3")
+
+
+@pytest.mark.parametrize("name", SECTIONS)
+def test_exercise_notebooks_are_clean_and_say_where_they_come_from(name):
+    solution = read(ROOT / "solutions" / f"{name}.ipynb")
+    exercise = read(ROOT / "exercises" / f"{name}.ipynb")
+    first = source(exercise["cells"][0])
+    assert f"Generated from `solutions/{name}.ipynb` by `tools/generate_exercises.py`" in first
+    for nb in (solution, exercise):
+        for cell in nb["cells"]:
+            assert cell.get("outputs", []) == [] and cell.get("execution_count") is None
+            assert set(cell["metadata"]) <= {"tags"}
+        assert "widgets" not in nb["metadata"]
+    text = json.dumps(exercise)
+    assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
+    assert "solution-only" not in text and "solution notebook**" not in text
+    badges = source(exercise["cells"][1])
+    assert f"colab.research.google.com/github/{REPO_URL[19:]}/blob/main/exercises/{name}.ipynb" in badges
+    assert f"kaggle.com/kernels/welcome?src={REPO_URL}/blob/main/exercises/{name}.ipynb" in badges
+    install = next(source(c) for c in exercise["cells"] if c["cell_type"] == "code")
+    assert 'find_spec("lessonkit") is None' in install and "%pip install" in install
+    assert not re.search(r"(torch|numpy|matplotlib)\s*[=<>]=", install)
+
+
+@pytest.mark.parametrize("name", SECTIONS)
+def test_each_notebook_checks_exactly_its_sections_questions(name):
+    for folder in ("solutions", "exercises"):
+        nb = read(ROOT / folder / f"{name}.ipynb")
+        checked = re.findall(r'check\("(\d\d\.\d+)"', "".join(source(c) for c in nb["cells"]))
+        assert checked == question_ids(name), folder
+
+
+# ----- running them -------------------------------------------------------------------------
+def check_outputs(nb) -> list[tuple[str, str, str]]:
+    """(question id, status, text) of every check shown, in order."""
+    found = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            html = output.get("data", {}).get("text/html", "")
+            match = re.search(r"data-question='([^']+)' data-status='([^']+)'", html)
+            if match:
+                found.append((match.group(1), match.group(2), output["data"]["text/plain"]))
+    return found
+
+
+def errors(nb) -> list[str]:
+    return [f"{o.ename}: {o.evalue}" for c in nb.cells for o in c.get("outputs", [])
+            if o.output_type == "error"]
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("name", SECTIONS)
+def test_solution_notebook_passes_all_its_checks(name, tmp_path):
+    import nbformat
+    import papermill
+
+    out = tmp_path / f"{name}.ipynb"
+    papermill.execute_notebook(str(ROOT / "solutions" / f"{name}.ipynb"), str(out),
+                               kernel_name="python3", cwd=str(ROOT), progress_bar=False,
+                               log_output=False)
+    shown = check_outputs(nbformat.read(out, as_version=4))
+    assert [qid for qid, _, _ in shown] == question_ids(name)  # each shown once
+    for qid, status, text in shown:
+        if status == "self-check":
+            assert "☐" not in text, f"{qid}: the model answer misses a key point\n{text}"
+        else:
+            assert status == "correct", text
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("name", SECTIONS)
+def test_exercise_notebook_runs_and_reports_not_answered(name, tmp_path):
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(ROOT / "exercises" / f"{name}.ipynb", as_version=4)
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert errors(nb) == []
+    shown = check_outputs(nb)
+    assert [qid for qid, _, _ in shown] == question_ids(name)
+    assert {status for _, status, _ in shown} == {"not answered"}
+
+
+def test_model_answers_in_the_solutions_cover_their_key_points():
+    """The same as the notebook run checks, without a kernel: each model answer string."""
+    for name in SECTIONS:
+        nb = read(ROOT / "solutions" / f"{name}.ipynb")
+        for cell in nb["cells"]:
+            match = re.search(r'answer = """(.*?)"""\n### END SOLUTION\ncheck\("([\d.]+)"',
+                              source(cell), re.S)
+            if match:
+                found, total = key_points_found(match.group(2), match.group(1))
+                assert found == total, match.group(2)

@@ -1,0 +1,428 @@
+"""lessonkit.exercises: answers in many forms, wrong answers rejected, odd input never raises."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+import types
+
+import pytest
+
+from lessonkit import LessonkitError
+from lessonkit.exercises import (STATUSES, CheckResult, answer_key, bandwidth_ladder, check, hint,
+                                 key_points_found, options, question_ids)
+from lessonkit.units import GB, GiB
+
+SECTIONS = ("01_vram_equation", "02_gpu_selection_matrix", "03_choosing_your_environment",
+            "04_hardware_decision_flow", "05_checking_your_environment", "06_summary_and_reflection")
+
+
+def bank() -> dict:
+    from lessonkit.exercises import _bank
+
+    return _bank()
+
+
+def ids_of(*kinds: str) -> list[str]:
+    return [qid for qid in question_ids() if bank()[qid]["kind"] in kinds]
+
+
+def status(qid: str, answer: object) -> str:
+    return check(qid, answer, show=False).status
+
+
+# ----- the bank -----------------------------------------------------------------------------
+def test_every_section_has_at_least_four_questions_with_matching_ids():
+    for number, section in enumerate(SECTIONS, start=1):
+        ids = question_ids(section)
+        assert len(ids) >= 4, section
+        for qid in ids:
+            assert qid.startswith(f"{number:02d}.") and bank()[qid]["section"] == section
+    assert sorted({q["section"] for q in bank().values()}) == list(SECTIONS)
+
+
+def test_every_question_is_well_formed():
+    from lessonkit.exercises import _CHECKERS, _EXPECTED
+
+    for qid, question in bank().items():
+        assert question["kind"] in _CHECKERS, qid
+        assert question["title"] and question.get("hint") or question["kind"] == "text", qid
+        if question["kind"] == "text":
+            for point in question["key_points"]:
+                assert point["point"] and all(re.compile(p) for p in point["patterns"])
+        else:
+            assert qid in _EXPECTED, f"{qid} has no expected answer"
+    assert set(_EXPECTED) <= set(bank())
+
+
+def test_numeric_hints_do_not_give_the_answer_away():
+    from lessonkit.exercises import _format
+
+    for qid in ids_of("number"):
+        question = bank()[qid]
+        shown = _format(float(answer_key(qid)), question.get("unit", ""))
+        assert shown not in question["hint"], qid
+
+
+def test_the_guide_reflections_are_made_concrete():
+    times = answer_key("06.1")
+    links = {link["name"]: link["bandwidth_gbs"] for link in bandwidth_ladder()}
+    assert set(times) == set(links)
+    for name, seconds in times.items():
+        assert seconds == pytest.approx(14e9 / (links[name] * GB))
+    assert times["PCIe 4.0 x16"] > times["DDR5 system RAM"] > times["HBM3 (H100 SXM)"]
+    parts = answer_key("06.4")
+    assert set(parts) == {"gradients", "optimizer", "activations", "cuda_context"}
+    assert parts["optimizer"] == pytest.approx(2 * parts["gradients"])
+    assert sum(parts.values()) > 16 * GB  # why the 14 GB model crashes a 16 GB GPU
+
+
+def test_bandwidth_ladder_reads_gpu_memory_from_the_catalog():
+    from lessonkit.gpus import get_gpu
+
+    rows = bandwidth_ladder()
+    assert [r["bandwidth_gbs"] for r in rows] == sorted(r["bandwidth_gbs"] for r in rows)
+    for row in rows:
+        assert row["source"] and re.fullmatch(r"\d{4}-\d\d-\d\d", row["as_of"])
+        if "gpu" in row:
+            assert row["bandwidth_gbs"] == get_gpu(row["gpu"]).bandwidth_gbs
+
+
+def test_expected_answers_follow_the_calculator():
+    """Answers are computed when checked: change the calculator and they change with it."""
+    import lessonkit.vram as vram
+
+    before = answer_key("02.1")
+    real = vram.estimate
+
+    def doubled(*args, **kwargs):
+        report = real(*args, **kwargs)
+        report.breakdown = {k: 2 * v for k, v in report.breakdown.items()}
+        return report
+
+    vram.estimate = doubled
+    try:
+        assert answer_key("02.1") == 2 * before
+        assert status("02.1", before) == "not yet"
+    finally:
+        vram.estimate = real
+    assert status("02.1", before) == "correct"
+
+
+# ----- numbers ------------------------------------------------------------------------------
+def number_forms(qid: str) -> list[object]:
+    value, unit = float(answer_key(qid)), bank()[qid].get("unit", "")
+    if unit == "GB":
+        return [value, f"{value / GB:.3f} GB", f"{value / GB:.3f}GB", value / GB,
+                f"{value / GiB:.3f} GiB", f"{value / 1e6:,.0f} MB"]
+    if unit == "params":
+        return [value, int(value), f"{value / 1e6:.3f}M", f"{value:,.0f}"]
+    if unit in ("$", "$/h"):
+        return [value, f"${value:.3f}", f"{value:.3f} USD"]
+    if unit == "x":
+        return [value, f"{value:.3f}x", f"{value:.3f} times"]
+    if unit == "GiB":
+        return [value, f"{value:.3f} GiB", f"{value * GiB / GB:.3f} GB"]
+    return [value, str(value), f"{value} {unit}".strip()]
+
+
+@pytest.mark.parametrize("qid", ids_of("number"))
+def test_numbers_are_accepted_in_reasonable_forms(qid):
+    for form in number_forms(qid):
+        result = check(qid, form, show=False)
+        assert result.status == "correct", (form, result.message)
+        assert result.correct is True
+        assert "Accepted within" in result.tolerance
+
+
+@pytest.mark.parametrize("qid", ids_of("number"))
+def test_wrong_numbers_are_rejected(qid):
+    value = float(answer_key(qid))
+    for factor in (2, 0.5, 1.3, 0.7, 10):
+        result = check(qid, value * factor, show=False)
+        assert result.status == "not yet" and result.correct is False, factor
+        assert result.hint and ("too high" in result.message or "too low" in result.message)
+
+
+def test_common_mistakes_get_their_own_hint():
+    weights = answer_key("01.1")
+    assert "fp32" in check("01.1", 2 * weights, show=False).message
+    assert "GiB" in check("05.2", 16, show=False).message  # GB typed where GiB was asked
+    only_weights = check("01.2", 2, show=False)
+    assert only_weights.status == "not yet" and "gradients" in only_weights.message
+
+
+@pytest.mark.parametrize("text, unit, expected", [
+    ("16 GB", "GB", 16e9), ("16GB", "GB", 16e9), (16e9, "GB", 16e9), (16, "GB", 16e9),
+    ("16 GiB", "GB", 16 * GiB), ("15,000 MB", "GB", 15e9), ("0.44 s", "s", 0.44),
+    ("440 ms", "s", 0.44), ("$17.90", "$", 17.9), ("1.79 $/h", "$/h", 1.79),
+    ("8.4M", "params", 8.4e6), ("8,388,608", "params", 8388608), ("4x", "x", 4),
+    ("16 bytes/param", "B/param", 16), ("14.9 GiB", "GiB", 14.9), ("3 GPUs", "GPUs", 3),
+    ("6,0", "", 6.0),
+])
+def test_reading_numbers_with_units(text, unit, expected):
+    from lessonkit.exercises import _read_number
+
+    assert _read_number(text, unit) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("text, unit", [("16 parsecs", "GB"), ("sixteen", "GB"), ("", "s"),
+                                        ("1.2.3", "x"), ("5 kg", "$")])
+def test_unreadable_numbers_say_what_is_expected(text, unit):
+    from lessonkit.exercises import _read_number, _Unreadable
+
+    with pytest.raises(_Unreadable, match="number|unit"):
+        _read_number(text, unit)
+
+
+# ----- choices ------------------------------------------------------------------------------
+@pytest.mark.parametrize("qid", ids_of("choice"))
+def test_choices_forgive_case_and_spelling(qid):
+    expected = answer_key(qid)
+    name = expected if isinstance(expected, str) else sorted(expected)[0]
+    for form in (name, name.upper(), f"  {name.lower()} ", name.replace(" ", "-")):
+        assert status(qid, form) == "correct", form
+
+
+@pytest.mark.parametrize("qid", ids_of("choice"))
+def test_wrong_choices_are_rejected(qid):
+    expected = answer_key(qid)
+    accepted = {expected} if isinstance(expected, str) else set(expected)
+    source = bank()[qid].get("options_from")
+    if source == "gpus":
+        from lessonkit.gpus import gpu_names
+        others = gpu_names()
+    elif source == "environments":
+        from lessonkit.environments import list_environments
+        others = [env.name for env in list_environments()]
+    elif source == "categories":
+        from lessonkit.report import CATEGORIES
+        others = list(CATEGORIES)
+    elif source == "models":
+        from lessonkit.models import preset_names
+        others = preset_names()
+    else:
+        others = options(qid)
+    wrong = [name for name in others if name not in accepted]
+    assert wrong, qid
+    for name in wrong:
+        assert status(qid, name) == "not yet", name
+    assert status(qid, [sorted(accepted)[0]]) == "not yet"  # one option, not a list
+
+
+def test_unknown_option_names_get_close_matches():
+    result = check("05.3", "nope", show=False)
+    assert result.status == "not yet" and "Did you mean 'no'" in result.message
+    gpu = check("02.4", "rtx a600", show=False)
+    assert gpu.status == "not yet" and "RTX A6000" in gpu.message
+
+
+@pytest.mark.parametrize("qid", ids_of("multi"))
+def test_multiple_choice_needs_exactly_the_right_set(qid):
+    expected = sorted(answer_key(qid))
+    assert status(qid, expected) == "correct"
+    assert status(qid, [name.upper() for name in reversed(expected)]) == "correct"
+    assert status(qid, tuple(expected)) == "correct"
+    if len(expected) > 1:
+        missing = check(qid, expected[1:], show=False)
+        assert missing.status == "not yet" and "missing" in missing.message
+    names = list(options(qid)) if bank()[qid].get("options") else ["full", "lora", "qlora"]
+    extra = [n for n in names if n not in expected]
+    assert extra, qid
+    too_many = check(qid, expected + extra[:1], show=False)
+    assert too_many.status == "not yet" and "not right" in too_many.message
+
+
+def test_options_with_settings_are_runs_the_student_can_estimate():
+    changes = options("02.3")
+    assert isinstance(changes, dict) and all(isinstance(v, dict) for v in changes.values())
+    assert set(answer_key("02.3")) < set(changes)  # some changes fit, some do not
+
+
+# ----- tables -------------------------------------------------------------------------------
+@pytest.mark.parametrize("qid", ids_of("table"))
+def test_tables_accept_right_rows_under_other_spellings(qid):
+    expected = answer_key(qid)
+    assert status(qid, dict(expected)) == "correct"
+    unit = bank()[qid]["unit"]
+    as_text = {name.upper(): (f"{v / GB:.4f} GB" if unit == "GB" else f"{v * 1000:.4f} ms")
+               for name, v in expected.items()}
+    assert status(qid, as_text) == "correct"
+
+
+@pytest.mark.parametrize("qid", ids_of("table"))
+def test_tables_reject_a_wrong_or_missing_row(qid):
+    expected = answer_key(qid)
+    first = next(iter(expected))
+    wrong = dict(expected, **{first: expected[first] * 3})
+    result = check(qid, wrong, show=False)
+    assert result.status == "not yet" and any("✘" in d for d in result.details)
+    partial = {k: v for k, v in expected.items() if k != first}
+    result = check(qid, partial, show=False)
+    assert result.status == "not yet" and f"{first}: missing" in result.details
+    result = check(qid, dict(expected, nonsense=1), show=False)
+    assert result.status == "not yet" and any("nonsense" in d for d in result.details)
+
+
+def test_the_bandwidth_table_knows_short_names():
+    times = {"ddr5": 14 / 89.6, "pcie4": 14 / 31.5, "pcie5": 14 / 63, "gddr6x": 14 / 1008,
+             "hbm3": 14 / 3350}
+    assert status("06.1", times) == "correct"
+
+
+# ----- the health-check debugging task ------------------------------------------------------
+def guide_version():
+    import torch  # noqa: F401  (the guide's snippet uses the global name)
+
+    def check_gpu_health():
+        if not torch.cuda.is_available():
+            print("[ERROR] No GPU detected. Training will be 100x slower on CPU.")
+            return
+        vram_total = torch.cuda.get_total_memory(0) / (1024**3)
+        print(f"Total VRAM: {vram_total:.2f} GB")
+    return check_gpu_health
+
+
+def test_the_guide_snippet_is_rejected_with_the_reason():
+    result = check("05.1", guide_version(), show=False)
+    assert result.status == "not yet"
+    assert any("get_total_memory" in d for d in result.details)
+
+
+def test_gib_labelled_as_gb_is_rejected():
+    def check_gpu_health():
+        import torch
+        if not torch.cuda.is_available():
+            print("no GPU")
+            return
+        print(f"Total VRAM: {torch.cuda.get_device_properties(0).total_memory / 1024**3:.2f} GB")
+
+    result = check("05.1", check_gpu_health, show=False)
+    assert result.status == "not yet" and any("label it GiB" in d for d in result.details)
+
+
+def test_fixed_health_checks_pass_in_gb_or_gib():
+    import torch
+
+    def in_gb():
+        if not torch.cuda.is_available():
+            print("[ERROR] No GPU detected.")
+            return
+        total = torch.cuda.get_device_properties(0).total_memory
+        print(f"Total VRAM: {total / 1e9:.2f} GB")
+
+    def in_gib():
+        import torch as t
+        if not t.cuda.is_available():
+            print("[ERROR] No GPU detected.")
+            return
+        free, total = t.cuda.mem_get_info(0)
+        print(f"Total VRAM: {total / 2**30:.2f} GiB")
+
+    for fn in (in_gb, in_gib):
+        assert check("05.1", fn, show=False).status == "correct", fn.__name__
+    assert sys.modules["torch"] is torch and torch.cuda.is_available is not None
+
+
+def test_a_function_that_crashes_without_a_gpu_is_rejected():
+    def crashes():
+        import torch
+        print(f"{torch.cuda.get_device_properties(0).total_memory / 1e9:.2f} GB")
+
+    result = check("05.1", crashes, show=False)
+    assert result.status == "not yet"
+    assert any("without a GPU" in d and "RuntimeError" in d for d in result.details)
+
+
+def test_an_untouched_function_is_not_answered():
+    def check_gpu_health():
+        raise NotImplementedError("your code here")
+
+    assert status("05.1", check_gpu_health) == "not answered"
+    assert status("05.1", "check_gpu_health") == "not yet"  # the name, not the function
+
+
+# ----- free text ----------------------------------------------------------------------------
+def test_reflections_get_a_self_check_not_a_grade():
+    answer = ("GPU memory bandwidth is about 3350 GB/s on HBM3 against 90 GB/s for DDR5; every step "
+              "reads all the weights, over PCIe if they live in system RAM, and the CPU lacks the "
+              "parallel compute of the GPU.")
+    result = check("06.3", answer, show=False)
+    assert result.status == "self-check" and result.correct is None
+    assert "not a grade" in result.message
+    assert key_points_found("06.3", answer) == (4, 4)
+    partial = "It is slower because the bandwidth in GB/s is lower, that is really all there is to say."
+    found, total = key_points_found("06.3", partial)
+    assert 0 < found < total
+
+
+@pytest.mark.parametrize("answer", ["too short", 42, ["a", "b"]])
+def test_reflections_need_some_text(answer):
+    assert status("06.5", answer) == "not yet"
+
+
+# ----- placeholders and odd input -----------------------------------------------------------
+PLACEHOLDERS = [..., None, "", "   ", "Your answer here.", "your answer here"]
+ODD = [float("nan"), float("inf"), -5, 0, 1e300, True, "abc", "16 parsecs", [1, 2], (), {},
+       {"x": 1}, {1, 2}, object(), b"16 GB", 3 + 4j, lambda: 0, print, types, "-"]
+
+
+@pytest.mark.parametrize("qid", question_ids())
+def test_placeholders_report_not_answered(qid):
+    for answer in PLACEHOLDERS:
+        result = check(qid, answer, show=False)
+        assert result.status == "not answered" and result.correct is None, answer
+        assert "Not answered yet" in result.message
+
+
+@pytest.mark.parametrize("qid", question_ids())
+def test_odd_input_never_raises(qid):
+    for answer in ODD:
+        result = check(qid, answer, show=False)
+        assert result.status in STATUSES, answer
+        assert result.correct is not True or bank()[qid]["kind"] == "number", answer
+        assert result.message
+
+
+def test_unknown_question_ids_list_the_ids():
+    with pytest.raises(LessonkitError, match="Did you mean '01.1'.*Question ids: 01.1, .*06.6"):
+        check("O1.1", 1)
+    with pytest.raises(LessonkitError, match="Section 01 has 01.1"):
+        check("01.99", 1)
+    assert check("1.1", ..., show=False).question_id == "01.1"
+    assert hint("1.1") == bank()["01.1"]["hint"]
+
+
+# ----- showing the result -------------------------------------------------------------------
+def test_plain_python_prints_text_and_returns_the_result(capsys):
+    result = check("05.3", "no")
+    printed = capsys.readouterr().out
+    assert isinstance(result, CheckResult) and result.correct is True
+    assert printed.startswith("05.3 ") and "CORRECT" in printed
+    assert repr(result) == "<CheckResult 05.3: correct>"
+    check("05.3", "yes", show=False)
+    assert capsys.readouterr().out == ""
+
+
+def test_html_carries_the_status_and_escapes_the_answer():
+    result = check("05.3", "<script>", show=False)
+    html = result._repr_html_()
+    assert "data-question='05.3'" in html and "data-status='not yet'" in html
+    assert "<script>" not in html
+
+
+def test_importing_exercises_does_not_import_torch():
+    code = ("import sys, lessonkit.exercises as e; e.check('05.3', 'no', show=False); "
+            "assert not {'torch', 'transformers', 'matplotlib'} & set(sys.modules), sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_tolerance_is_stated_and_used():
+    value = float(answer_key("02.1"))
+    inside, outside = value * 1.04, value * 1.06
+    assert status("02.1", inside) == "correct" and status("02.1", outside) == "not yet"
+    assert "±5%" in check("02.1", inside, show=False).tolerance
+    assert math.isclose(answer_key("04.1"), round(answer_key("04.1")))
+    assert status("04.1", answer_key("04.1") + 1) == "not yet"
