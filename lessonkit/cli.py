@@ -113,20 +113,74 @@ def run_vram(args: argparse.Namespace) -> int:
     return EXIT_NO if fits is False else EXIT_OK
 
 
+CHECK_EPILOG = """exit codes:
+  0  the check ran (with --require-gpu: a GPU passed the one-kernel test)
+  1  --require-gpu was given and there is no usable GPU
+  2  bad input (e.g. an unknown --model)
+
+The check never crashes: a missing torch, a CPU-only wheel, an old driver, a GPU without
+kernels in the wheel and the like are reported with a fix-it hint."""
+
+
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Check this machine's GPUs (memory, compute capability, native bf16, "
+                          "drivers, a one-kernel smoke test) and say what the model can be "
+                          "fine-tuned with here, or where to go instead.")
+    parser.epilog = CHECK_EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--model", default="7B",
+                        help="model for the verdict: a preset name or a size such as 7B (default: 7B)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--require-gpu", action="store_true",
+                        help="exit with 1 when no GPU is usable (for scripts and CI)")
     parser.set_defaults(handler=run_check)
 
 
 def run_check(args: argparse.Namespace) -> int:
-    raise LessonkitError("lessonkit check is not built yet")
+    from .health import check_gpu_health
+    from .models import resolve_model
+
+    resolve_model(args.model)  # an unknown model is bad input (exit 2), not a report
+    report = check_gpu_health(args.model)
+    print(report.to_json() if args.json else report)
+    return EXIT_NO if args.require_gpu and not report.has_usable_gpu else EXIT_OK
+
+
+RECOMMEND_EPILOG = """budget: dollars per hour for the whole setup (2.5 or '$2.5/h'), or free, low
+(at most $2/h) or high (no limit; buying a workstation is considered).
+platform: an environment (colab, kaggle, lambda, runpod, vast.ai, sagemaker, vertex, azure,
+local) or a tier (hobbyist, engineer, enterprise).
+
+exit codes:
+  0  at least one setup fits
+  1  nothing in the catalog fits within the constraints
+  2  bad input (unknown model, method, GPU or platform; negative budget; zero tokens)"""
 
 
 def add_recommend_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Rank environments, GPUs and methods for fine-tuning a model: setups "
+                          "that fit first, then the cheapest, each explained.")
+    parser.epilog = RECOMMEND_EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--model", default="7B", help="a preset name or a size such as 7B (default: 7B)")
+    parser.add_argument("--method", help="full, lora or qlora (default: all three)")
+    parser.add_argument("--budget", help="dollars per hour, or free / low / high")
+    parser.add_argument("--platform", help="an environment or a tier")
+    parser.add_argument("--tokens", help="training tokens (e.g. 50M) for the time and cost of the run")
+    parser.add_argument("--mfu", type=float, default=0.35,
+                        help="model-FLOPs utilisation assumed for the time (default: 0.35)")
+    parser.add_argument("--limit", type=int, default=10, help="options to print (default: 10)")
+    parser.add_argument("--json", action="store_true", help="print every option as JSON")
     parser.set_defaults(handler=run_recommend)
 
 
 def run_recommend(args: argparse.Namespace) -> int:
-    raise LessonkitError("lessonkit recommend is not built yet")
+    from .recommend import recommend
+
+    rec = recommend(args.model, method=args.method, budget=args.budget, platform=args.platform,
+                    tokens=args.tokens, mfu=args.mfu)
+    print(rec.to_json() if args.json else rec.text(max(args.limit, 0)))
+    return EXIT_OK if rec.options else EXIT_NO
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -62,6 +62,14 @@ class Environment:
     aliases: tuple[str, ...] = ()
     detect: dict[str, Any] = field(default_factory=dict, compare=False)
     hints: dict[str, str] = field(default_factory=dict, compare=False)
+    amortize_hours: float | None = None  # bought hardware: hours its price is spread over
+
+    def hourly_cost(self, offer: Offer) -> float:
+        """Typical dollars per GPU-hour, with bought hardware's price spread over its hours."""
+        cost = offer.price_per_hour.typical
+        if offer.purchase_usd and self.amortize_hours:
+            cost += sum(offer.purchase_usd) / 2 / self.amortize_hours
+        return cost
 
     @property
     def free(self) -> bool:
@@ -117,7 +125,7 @@ def _environment_from_dict(entry: dict[str, Any]) -> Environment:
         cons=tuple(entry["cons"]), url=entry.get("url", ""), source=entry["source"],
         as_of=entry["as_of"], unconfirmed=tuple(entry.get("unconfirmed", ())),
         aliases=tuple(entry.get("aliases", ())), detect=dict(entry.get("detect", {})),
-        hints=dict(entry.get("hints", {})))
+        hints=dict(entry.get("hints", {})), amortize_hours=entry.get("amortize_hours"))
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,200 @@
+"""Does a run fit on a GPU setup, how long does it take, and what is the smallest setup that fits.
+
+All memory figures come from ``estimate(..., device="cuda")`` (the peak per GPU including the
+CUDA context and allocator margin), compared with the memory one device really offers
+(``GPU.usable_bytes``). The settings tried are the usual ones for each method:
+
+- full: fp32 weights with bf16 autocast (fp16 on GPUs without native bf16: same memory),
+  torch AdamW (foreach, the CUDA default); several GPUs shard with ZeRO-3/FSDP;
+- lora: bf16 base weights, fp32 adapters (peft's default), rank 16 on q_proj and v_proj;
+- qlora: the same on 4-bit NF4 base weights with double quantization; one GPU.
+The batch size asked for is tried without, then with gradient checkpointing, then halved (with
+checkpointing) down to 1; gradient accumulation restores the effective batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from .gpus import GPU, list_gpus
+from .models import ModelSpec
+from .units import GiB
+
+DEFAULT_MFU = 0.35
+DEFAULT_BATCH, DEFAULT_SEQ = 4, 512
+NODE_COUNTS = (1, 2, 4, 8)
+CLUSTER_COUNTS = (16, 32, 64, 128, 256, 512, 1024)
+METHOD_WORDS = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}
+# Training FLOPs per parameter per token: forward 2, backward 4 (2 for the activations' gradients,
+# 2 for the weights'); LoRA and QLoRA skip the frozen weights' gradients (adapters are tiny).
+# Kaplan et al. 2020 "Scaling Laws for Neural Language Models", section 2.1: C ~ 6 N per token.
+FLOPS_PER_PARAM = {"full": 6, "lora": 4, "qlora": 4}
+CHECKPOINT_FLOPS = 2  # gradient checkpointing recomputes the forward
+# QLoRA dequantizes every 4-bit weight in the forward and again in the backward: measured about
+# 1.4x LoRA's time on the same GPU (S. Raschka, "Practical Tips for Finetuning LLMs Using LoRA",
+# 2023: 39% longer for 33% less memory).
+QLORA_SLOWDOWN = 1.4
+ASSUMPTIONS = (
+    f"Training compute = {FLOPS_PER_PARAM['full']} x parameters x tokens FLOPs for full "
+    f"fine-tuning (Kaplan et al. 2020), {FLOPS_PER_PARAM['lora']} x for LoRA/QLoRA (no weight "
+    f"gradients), +{CHECKPOINT_FLOPS} x with gradient checkpointing; QLoRA takes "
+    f"{QLORA_SLOWDOWN:g}x LoRA's time for dequantization (Raschka 2023).",
+    "Time = FLOPs / (GPUs x dense bf16 TFLOPS x MFU); several GPUs are assumed to scale "
+    "linearly, which is optimistic over PCIe.",
+    "Memory: estimate(device='cuda') per GPU against the memory one device offers "
+    "(total_memory, e.g. 15.0 GiB on a 16 GB T4).",
+)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A configuration tried on a setup: its settings, peak per GPU and whether it fits."""
+
+    method: str
+    count: int
+    usable_bytes: int
+    batch_size: int
+    seq_len: int
+    gradient_checkpointing: bool
+    zero_stage: int
+    peak_bytes: int
+    report: Any
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.usable_bytes
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.usable_bytes - self.peak_bytes
+
+    def settings_text(self) -> str:
+        text = f"batch {self.batch_size} x {self.seq_len} tokens"
+        if self.gradient_checkpointing:
+            text += " with gradient checkpointing"
+        if self.count > 1:
+            text += f", ZeRO-{self.zero_stage}" if self.zero_stage else ", data parallel"
+        return text
+
+
+def method_settings(method: str, native_bf16: bool = True) -> dict[str, Any]:
+    """The estimate() keywords used for a method (see the module docstring)."""
+    if method == "full":
+        return {"method": "full", "precision": "bf16-mixed" if native_bf16 else "fp16-mixed",
+                "optimizer": "adamw"}
+    return {"method": method, "precision": "bf16", "optimizer": "adamw"}
+
+
+def method_label(method: str, native_bf16: bool = True) -> str:
+    half = "bf16" if native_bf16 else "fp16"
+    return {"full": "full fine-tuning", "lora": f"LoRA in {half}", "qlora": "QLoRA (4-bit)"}[method]
+
+
+def zero_for(method: str, count: int) -> int | None:
+    """The ZeRO stage used on ``count`` GPUs, or None when more GPUs do not help this method."""
+    if count == 1:
+        return 0
+    return None if method == "qlora" else 3
+
+
+@lru_cache(maxsize=8192)
+def _estimate(spec: ModelSpec, method: str, native_bf16: bool, count: int, zero: int,
+              batch: int, seq: int, ckpt: bool) -> Any:
+    from .vram import estimate
+
+    return estimate(spec, **method_settings(method, native_bf16), batch_size=batch, seq_len=seq,
+                    gradient_checkpointing=ckpt, n_gpus=count, zero_stage=zero, device="cuda")
+
+
+def _batches(batch: int) -> list[tuple[int, bool]]:
+    tries = [(batch, False), (batch, True)]
+    b = batch // 2
+    while b >= 1:
+        tries.append((b, True))
+        b //= 2
+    return tries
+
+
+def find_fit(spec: ModelSpec, method: str, usable_bytes: int, count: int = 1, *,
+             native_bf16: bool = True, batch_size: int = DEFAULT_BATCH,
+             seq_len: int = DEFAULT_SEQ) -> Fit | None:
+    """The first configuration that fits (largest batch, checkpointing only if needed).
+
+    When nothing fits, the last (smallest) configuration tried, whose ``fits`` is False; None
+    when ``count`` GPUs cannot help this method (QLoRA on several GPUs).
+    """
+    zero = zero_for(method, count)
+    if zero is None:
+        return None
+    fit = None
+    for batch, ckpt in _batches(batch_size):
+        report = _estimate(spec, method, native_bf16, count, zero, batch, seq_len, ckpt)
+        fit = Fit(method, count, int(usable_bytes), batch, seq_len, ckpt, zero,
+                  int(report.total_bytes), report)
+        if fit.fits:
+            return fit
+    return fit
+
+
+def run_hours(spec: ModelSpec, method: str, tokens: float, tflops: float, count: int = 1,
+              mfu: float = DEFAULT_MFU, gradient_checkpointing: bool = False) -> float:
+    """Hours to train on ``tokens`` tokens with ``count`` GPUs of ``tflops`` dense TFLOPS each."""
+    per_token = (FLOPS_PER_PARAM[method] + (CHECKPOINT_FLOPS if gradient_checkpointing else 0))
+    seconds = per_token * spec.n_params * tokens / (count * tflops * 1e12 * mfu)
+    if method == "qlora":
+        seconds *= QLORA_SLOWDOWN
+    return seconds / 3600
+
+
+def rentable_gpus() -> list[GPU]:
+    return [g for g in list_gpus() if g.price_per_hour is not None]
+
+
+def smallest_setups(spec: ModelSpec, method: str, *, batch_size: int = DEFAULT_BATCH,
+                    seq_len: int = DEFAULT_SEQ) -> dict[str, tuple[GPU, Fit] | None]:
+    """Setups that fit: 'single' (smallest one GPU), 'a100' (fewest A100 80GB) and 'largest'
+    (fewest of the largest-memory GPU, up to clusters of 1024). Values are None when none fits."""
+    out: dict[str, tuple[GPU, Fit] | None] = {"single": None, "a100": None, "largest": None}
+    for gpu in sorted(rentable_gpus(), key=lambda g: g.usable_bytes):
+        fit = find_fit(spec, method, gpu.usable_bytes, 1, native_bf16=gpu.native_bf16,
+                       batch_size=batch_size, seq_len=seq_len)
+        if fit is not None and fit.fits:
+            out["single"] = (gpu, fit)
+            break
+    from .gpus import get_gpu
+
+    largest = max(rentable_gpus(), key=lambda g: g.usable_bytes)
+    for key, gpu in (("a100", get_gpu("A100 80GB")), ("largest", largest)):
+        for count in NODE_COUNTS + CLUSTER_COUNTS:
+            fit = find_fit(spec, method, gpu.usable_bytes, count, native_bf16=gpu.native_bf16,
+                           batch_size=batch_size, seq_len=seq_len)
+            if fit is None:
+                break
+            if fit.fits:
+                out[key] = (gpu, fit)
+                break
+    return out
+
+
+def needs_text(spec: ModelSpec, method: str) -> str:
+    """E.g. 'full fine-tuning needs 132.3 GiB: 1 x H200, or 2 x A100 80GB with ZeRO-3'."""
+    setups = smallest_setups(spec, method)
+    one = _estimate(spec, method, True, 1, 0, 1, DEFAULT_SEQ, True)
+    parts = []
+    if setups["single"]:
+        gpu, fit = setups["single"]
+        parts.append(f"1 x {gpu.name} ({fit.settings_text()})")
+    for key in ("a100", "largest"):
+        if setups[key] and setups[key][1].count > 1:
+            gpu, fit = setups[key]
+            node = " across several nodes" if fit.count > 8 else ""
+            parts.append(f"{fit.count} x {gpu.name} with ZeRO-3{node}")
+            break
+    label = METHOD_WORDS[method]
+    if not parts:
+        return (f"{label} of {spec.name} fits no GPU setup up to 1024 GPUs "
+                f"(one GPU would need {one.total_bytes / GiB:,.1f} GiB at batch 1 with checkpointing)")
+    return (f"{label} needs {one.total_bytes / GiB:,.1f} GiB on one GPU (batch 1 x {DEFAULT_SEQ} "
+            f"with checkpointing): {' or '.join(parts)}")

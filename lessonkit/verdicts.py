@@ -1,0 +1,155 @@
+"""Sentences computed with the calculator: what fits on a GPU setup, and where the guide's
+matrix and decision flow agree or disagree with the numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .fitting import find_fit, method_label, needs_text
+from .gpus import GPU, get_gpu
+from .models import ModelSpec
+from .units import GiB
+
+ORDER = ("qlora", "lora", "full")
+
+
+def fit_sentence(spec: ModelSpec, label: str, usable_bytes: int, count: int = 1,
+                 native_bf16: bool = True) -> str:
+    """E.g. '15.0 GiB T4: QLoRA (4-bit) of llama-2-7b fits at ...; LoRA in fp16 does not ...'."""
+    fits, misses = [], []
+    for method in ORDER:
+        fit = find_fit(spec, method, usable_bytes, count, native_bf16=native_bf16)
+        if fit is None:  # QLoRA does not spread over several GPUs: judge it on one
+            fit = find_fit(spec, method, usable_bytes, 1, native_bf16=native_bf16)
+        name = method_label(method, native_bf16)
+        if fit.fits:
+            fits.append(f"{name} fits at {fit.settings_text()} (peak {fit.peak_bytes / GiB:.1f} GiB)")
+        elif method == "full":
+            misses.append(needs_text(spec, "full"))
+        else:
+            misses.append(f"{name} does not (needs {fit.peak_bytes / GiB:.1f} GiB at "
+                          f"{fit.settings_text()})")
+    head = f"{count} x {label}" if count > 1 else label
+    what = "; ".join(fits) if fits else f"nothing fits for {spec.name}"
+    if fits:
+        what = what.replace(" fits at", f" of {spec.name} fits at", 1)
+    return f"{head}: {what}" + (f"; {'; '.join(misses)}" if misses else "")
+
+
+def device_lines(spec: ModelSpec, devices: list[Any]) -> list[str]:
+    """The verdict for the usable devices of a health report (the largest group of one kind)."""
+    groups: dict[tuple[str, int], list[Any]] = {}
+    for d in devices:
+        groups.setdefault((d.name, int(d.total_memory_bytes or 0)), []).append(d)
+    (name, total), group = max(groups.items(), key=lambda kv: (len(kv[1]), kv[0][1]))
+    first = group[0]
+    if not total:
+        return [f"{first.name}: memory size unknown, so no verdict; the calculator's figures "
+                f"for {spec.name} are in lessonkit.estimate()."]
+    native = True if first.native_bf16 is None else bool(first.native_bf16)
+    label = f"{total / GiB:.1f} GiB {first.catalog_name or first.name}"
+    lines = [fit_sentence(spec, label, total, len(group), native)]
+    if len(group) > 1:
+        lines.append("One of them alone: " + fit_sentence(spec, label, total, 1, native))
+    free = min((d.free_memory_bytes for d in group if d.free_memory_bytes is not None), default=None)
+    if free is not None and free < 0.9 * total:
+        lines.append(f"Only {free / GiB:.1f} GiB is free right now: with that, "
+                     + fit_sentence(spec, label, free, 1, native).split(": ", 1)[1])
+    if first.backend == "mps":
+        lines.append("On Apple MPS these CUDA figures are a guide only: unified memory is shared "
+                     "with the system, and QLoRA (bitsandbytes) is not available.")
+    return lines
+
+
+def no_gpu_lines(spec: ModelSpec) -> list[str]:
+    """Without a usable GPU: the free T4s, and the cheapest rented setup per method."""
+    from .environments import get_environment
+    from .recommend import recommend
+
+    t4 = get_gpu("T4")
+    lines = [f"Here: no usable GPU, so no fine-tuning of {spec.name} (CPU training of an LLM "
+             "is far too slow)."]
+    lines.append("Free Google Colab: " + fit_sentence(spec, t4.label, t4.usable_bytes, 1, False))
+    if 2 in get_environment("kaggle").offer("T4").counts:
+        lines.append("Free Kaggle (GPU T4 x2): "
+                     + fit_sentence(spec, t4.label, t4.usable_bytes, 2, False))
+    best: dict[str, Any] = {}
+    for option in recommend(spec).options:
+        if option.price_per_hour > 0:
+            best.setdefault(option.method, option)
+    if best:
+        lines.append("To rent (cheapest per million tokens that fits): " + "; ".join(
+            f"{method_label(m, True)}: {o.setup} on {o.name} at ${o.price_per_hour:.2f}/h"
+            for m, o in sorted(best.items(), key=lambda kv: ORDER.index(kv[0]))))
+    return lines
+
+
+# ----- the guide, checked --------------------------------------------------------------------
+def _fit_words(spec: ModelSpec, method: str, gpu: GPU, count: int = 1) -> tuple[bool, str]:
+    fit = find_fit(spec, method, gpu.usable_bytes, count, native_bf16=gpu.native_bf16)
+    where = f"{count} x {gpu.name}" if count > 1 else f"one {gpu.name}"
+    verb = "fits" if fit.fits else "does not fit"
+    return fit.fits, (f"{method_label(method, gpu.native_bf16)} {verb} on {where} "
+                      f"({fit.peak_bytes / GiB:.1f} of {gpu.usable_memory_gib:.1f} GiB per GPU, "
+                      f"{fit.settings_text()})")
+
+
+def full_on_one_a100(spec: ModelSpec) -> str:
+    """The guide's matrix says one A100 80GB does full SFT of a 7B model: the numbers."""
+    from .vram import estimate
+
+    gpu = get_gpu("A100 80GB")
+    usable = gpu.usable_bytes
+
+    def peak(**kw: Any) -> float:
+        return estimate(spec, method="full", seq_len=512, device="cuda", **kw).total_bytes
+
+    plain = peak(precision="bf16-mixed", optimizer="adamw")
+    ways = [("8-bit AdamW", peak(precision="bf16-mixed", optimizer="adamw-8bit")),
+            ("bf16 weights with 8-bit AdamW", peak(precision="bf16", optimizer="adamw-8bit")),
+            ("optimizer states offloaded to the CPU (ZeRO-Offload)",
+             peak(precision="bf16-mixed", zero_stage=1, offload_optimizer=True)),
+            ("ZeRO-3 over 2 GPUs", peak(precision="bf16-mixed", n_gpus=2, zero_stage=3))]
+    verdict = "agrees" if plain <= usable else "disagrees"
+    fixes = [f"{name} ({value / GiB:.1f} GiB)" for name, value in ways if value <= usable]
+    return (f"Matrix 'A100 80GB: full SFT of 7B models' {verdict} for {spec.name}: plain "
+            f"bf16-mixed AdamW (about 16 bytes per parameter) peaks at {plain / GiB:.1f} GiB at batch "
+            f"1 x 512 against {gpu.usable_memory_gib:.1f} GiB usable"
+            + (f"; it fits with {', or '.join(fixes)}." if plain > usable and fixes else "."))
+
+
+def guide_notes(spec: ModelSpec, rec: Any) -> list[str]:
+    """The guide's matrix and decision flow next to the numbers, for 7B/8B, 13B and 70B models."""
+    n = spec.n_params
+    notes: list[str] = []
+    a100, rtx4090, a6000 = get_gpu("A100 80GB"), get_gpu("RTX 4090"), get_gpu("RTX A6000")
+    if 5e9 <= n <= 9.5e9:
+        colab_a100 = get_gpu("A100 40GB")
+        lora_ok, lora = _fit_words(spec, "lora", colab_a100)
+        _, full = _fit_words(spec, "full", colab_a100)
+        t4_ok, t4 = _fit_words(spec, "qlora", get_gpu("T4"))
+        notes.append(f"Flow '7B/8B, low budget -> Google Colab (A100) or Lambda Labs': "
+                     f"{'agrees for LoRA' if lora_ok else 'disagrees'}: {lora}; {full}. "
+                     + (f"Cheaper still: {t4} (free on Colab and Kaggle)." if t4_ok else ""))
+        ok, words = _fit_words(spec, "lora", rtx4090)
+        _, full4090 = _fit_words(spec, "full", rtx4090)
+        notes.append(f"Flow '7B/8B, high budget -> local RTX 4090 workstation' and matrix "
+                     f"'RTX 4090: SFT of 7B/8B using LoRA': {'agrees' if ok else 'disagrees'}: "
+                     f"{words}; {full4090}.")
+        notes.append(full_on_one_a100(spec))
+    elif 11e9 <= n <= 15e9:
+        ok, words = _fit_words(spec, "lora", a6000)
+        _, full = _fit_words(spec, "full", a6000)
+        notes.append(f"Matrix 'RTX A6000 48GB: SFT of 13B models': {'agrees for LoRA' if ok else 'disagrees'}: "
+                     f"{words}; {full}.")
+    elif 60e9 <= n <= 80e9:
+        lora_ok, lora = _fit_words(spec, "lora", a100, 8)
+        full_ok, full = _fit_words(spec, "full", a100, 8)
+        q_ok, qlora = _fit_words(spec, "qlora", a100)
+        agree = {(True, True): "agrees", (True, False): "agrees for LoRA, not for full fine-tuning",
+                 (False, True): "agrees for full fine-tuning only", (False, False): "disagrees"}
+        notes.append(f"Flow '70B -> multi-GPU cluster (8x A100s)' {agree[(lora_ok, full_ok)]}: "
+                     f"{lora}; {full}" + ("" if full_ok else f"; {needs_text(spec, 'full')}") + ".")
+        notes.append(f"Matrix 'A100 80GB: fine-tuning 70B models': "
+                     f"{'true for QLoRA only' if q_ok else 'disagrees'}: {qlora}.")
+    return notes

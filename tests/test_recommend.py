@@ -1,0 +1,146 @@
+"""The recommender: answers that match the calculator, the guide's branches, time and cost, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from lessonkit import LessonkitError, estimate, get_environment, get_gpu, recommend
+from lessonkit.fitting import QLORA_SLOWDOWN, find_fit, run_hours
+from lessonkit.models import resolve_model
+from lessonkit.units import GiB
+
+
+@pytest.fixture(scope="module")
+def low7b():
+    return recommend("7B", budget="low")
+
+
+@pytest.fixture(scope="module")
+def r70b():
+    return recommend("70B", tokens="20M")
+
+
+def test_every_option_matches_the_calculator_and_fits(low7b, r70b):
+    for rec in (low7b, r70b):
+        assert rec.options
+        for option in rec.options[:25]:
+            report = estimate(rec.model, **option.settings, device="cuda")
+            assert report.total_bytes == option.peak_bytes
+            assert option.peak_bytes <= option.usable_bytes == get_gpu(option.gpu).usable_bytes
+            assert option.count in get_environment(option.environment).offer(option.gpu).counts
+
+
+def test_options_are_ranked_cheapest_first(low7b, r70b):
+    keys = [o.usd_per_million_tokens for o in low7b.options]
+    assert keys == sorted(keys)
+    costs = [o.cost_usd for o in r70b.options]
+    assert costs == sorted(costs)
+
+
+def test_low_budget_7b_matches_the_guide_colab_a100_or_lambda(low7b):
+    assert all(o.price_per_hour <= 2.0 for o in low7b.options)
+    assert low7b.best.price_per_hour == 0  # a free T4 with QLoRA comes first
+    assert low7b.best.method == "qlora" and low7b.best.gpu == "T4"
+    where = {(o.environment, o.gpu) for o in low7b.options if o.method == "lora"}
+    assert ("colab-paid", "A100 40GB") in where
+    assert any(env == "lambda" for env, _ in where)
+    assert "Flow '7B/8B, low budget" in low7b.guide[0] and "agrees for LoRA" in low7b.guide[0]
+
+
+def test_the_guides_a100_full_7b_claim_is_shown_to_disagree_with_the_numbers(low7b):
+    line = next(g for g in low7b.guide if "A100 80GB: full SFT" in g)
+    plain = estimate("7B", method="full", device="cuda").total_bytes
+    eight_bit = estimate("7B", method="full", optimizer="adamw-8bit", device="cuda").total_bytes
+    assert plain > get_gpu("A100 80GB").usable_bytes >= eight_bit
+    assert "disagrees" in line
+    assert f"{plain / GiB:.1f} GiB" in line and f"8-bit AdamW ({eight_bit / GiB:.1f} GiB)" in line
+    assert not any(o.method == "full" and o.count == 1 and o.gpu == "A100 80GB"
+                   for o in recommend("7B", method="full").options)
+
+
+def test_high_budget_7b_includes_the_guides_local_rtx_4090(low7b):
+    high = recommend("7B", budget="high", method="lora")
+    local = [o for o in high.options if o.environment == "local" and o.gpu == "RTX 4090"]
+    assert local and local[0].purchase_usd and "spread over" in local[0].note
+    assert not any(o.environment == "local" for o in low7b.options)  # buying is for a high budget
+    assert any("local RTX 4090" in g and "agrees" in g for g in high.guide)
+
+
+def test_70b_needs_a_cluster_for_lora_and_says_so_for_full(r70b):
+    lora = [o for o in r70b.options if o.method == "lora"]
+    assert lora and all(o.count > 1 or get_gpu(o.gpu).usable_memory_gib > 100 for o in lora)
+    assert any(o.gpu == "A100 80GB" and o.count == 8 for o in lora)
+    assert not any(o.method == "full" for o in r70b.options)
+    flow = next(g for g in r70b.guide if g.startswith("Flow '70B"))
+    assert "agrees for LoRA, not for full fine-tuning" in flow
+    qlora = find_fit(r70b.model, "qlora", get_gpu("A100 80GB").usable_bytes)
+    assert qlora.fits and any("true for QLoRA only" in g for g in r70b.guide)
+
+
+def test_time_and_cost_follow_6_n_t_at_the_stated_mfu(r70b):
+    option = r70b.options[0]
+    gpu = get_gpu(option.gpu)
+    spec = r70b.model
+    per_token = {"full": 6, "lora": 4, "qlora": 4}[option.method]
+    per_token += 2 if option.settings["gradient_checkpointing"] else 0
+    hours = per_token * spec.n_params * 20e6 / (option.count * gpu.bf16_tflops * 1e12 * 0.35) / 3600
+    hours *= QLORA_SLOWDOWN if option.method == "qlora" else 1
+    assert option.hours == pytest.approx(hours)
+    assert option.cost_usd == pytest.approx(hours * option.price_per_hour)
+    slower = recommend("70B", tokens="20M", mfu=0.175)
+    same = next(o for o in slower.options if (o.environment, o.gpu, o.count, o.method) ==
+                (option.environment, option.gpu, option.count, option.method))
+    assert same.hours == pytest.approx(2 * option.hours)
+
+
+def test_lora_is_two_thirds_of_full_and_qlora_slower_than_lora():
+    spec = resolve_model("7B")
+    full = run_hours(spec, "full", 1e7, 312)
+    assert run_hours(spec, "lora", 1e7, 312) == pytest.approx(full * 2 / 3)
+    assert run_hours(spec, "qlora", 1e7, 312) == pytest.approx(full * 2 / 3 * QLORA_SLOWDOWN)
+
+
+def test_a_model_no_setup_can_hold_says_so_clearly():
+    rec = recommend("2T", method="full")
+    assert rec.options == [] and rec.best is None
+    assert "fits no GPU setup" in rec.needs[0]
+    assert "Nothing in the catalog fits" in str(rec)
+
+
+def test_free_budget_and_platforms_restrict_the_options():
+    free = recommend("7B", budget="free")
+    assert free.options and all(o.price_per_hour == 0 for o in free.options)
+    colab = recommend("7B", platform="colab")
+    assert {o.environment for o in colab.options} == {"colab-free", "colab-paid"}
+    tier2 = recommend("7B", platform="engineer")
+    assert {o.tier for o in tier2.options} == {"engineer"}
+    assert {o.environment for o in recommend("7B", platform=3).options} <= {"sagemaker", "vertex-ai", "azure-ml"}
+    assert {o.environment for o in recommend("7B", platform="local").options} == {"local"}
+    assert all(o.price_per_hour <= 1.0 for o in recommend("7B", budget="$1/h").options)
+
+
+def test_outputs_are_complete(low7b):
+    data = json.loads(low7b.to_json())
+    assert data["options"][0]["peak_bytes"] == low7b.best.peak_bytes
+    assert data["budget_per_hour"] == 2.0 and data["assumptions"]
+    assert "<table>" in low7b._repr_html_()
+    assert str(low7b).startswith("Recommendation for 7B")
+    assert math.isclose(low7b.best.headroom_bytes, low7b.best.usable_bytes - low7b.best.peak_bytes)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(budget=-1), "budget"), (dict(budget="cheap"), "budget"), (dict(tokens=0), "tokens"),
+    (dict(tokens="lots"), "tokens"), (dict(method="qlroa"), "method"),
+    (dict(platform="lamda"), "Did you mean 'lambda'"), (dict(mfu=1.5), "mfu"),
+])
+def test_bad_input_is_a_clear_lessonkit_error(kwargs, message):
+    with pytest.raises(LessonkitError, match=message):
+        recommend("7B", **kwargs)
+
+
+def test_unknown_model_is_a_lessonkit_error():
+    with pytest.raises(LessonkitError, match="model"):
+        recommend("no-such-model")
