@@ -89,7 +89,9 @@ def size_lines(gpu_sizes: Iterable[float] | None = None,
     lines = []
     for size in sorted(float(s) for s in (gpu_sizes or COMMON_GPU_SIZES_GB)):
         same = [g for g in gpus if abs(gpu_memory_bytes(g) / GB - size) < 0.5]
-        same.sort(key=lambda g: (not field(g, "in_guide", default=False), gpu_label(g)))
+        # The guide's GPUs first, then the ones you can rent, then by name.
+        same.sort(key=lambda g: (not field(g, "in_guide", default=False),
+                                 field(g, "price_per_hour") is None, gpu_label(g)))
         names = [gpu_label(g) for g in same]
         label = f"{size:g} GB"
         if names:
@@ -233,10 +235,10 @@ class BreakdownChart:
             self.ax.set_title(reports[0]._settings_line(), fontsize=9)
 
     def _thin_gpu_labels(self, top: float) -> None:
-        # Labels of lines closer than 5% of the axis to the last shown one would overlap.
+        # Labels of lines closer than 4% of the axis to the last shown one would overlap.
         shown = -1.0
         for (size, _), text in zip(self.lines, self.gpu_texts):
-            visible = size - shown >= 0.05 * top
+            visible = size - shown >= 0.04 * top
             text.set_visible(visible)
             if visible:
                 shown = size
