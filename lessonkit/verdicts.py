@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .fitting import find_fit, method_label, needs_text
+from .fitting import METHOD_WORDS, find_fit, method_label, needs_text
 from .gpus import GPU, get_gpu
 from .models import ModelSpec
 from .units import GiB
@@ -73,14 +73,19 @@ def no_gpu_lines(spec: ModelSpec) -> list[str]:
     if 2 in get_environment("kaggle").offer("T4").counts:
         lines.append("Free Kaggle (GPU T4 x2): "
                      + fit_sentence(spec, t4.label, t4.usable_bytes, 2, False))
-    best: dict[str, Any] = {}
-    for option in recommend(spec).options:
-        if option.price_per_hour > 0:
-            best.setdefault(option.method, option)
-    if best:
-        lines.append("To rent (cheapest per million tokens that fits): " + "; ".join(
-            f"{method_label(m, True)}: {o.setup} on {o.name} at ${o.price_per_hour:.2f}/h"
-            for m, o in sorted(best.items(), key=lambda kv: ORDER.index(kv[0]))))
+    paid = [o for o in recommend(spec).options if o.price_per_hour > 0]
+    for method in ORDER:
+        options = [o for o in paid if o.method == method]
+        if not options:
+            continue
+        per_token = options[0]  # ranked by dollars per million tokens
+        per_hour = min(options, key=lambda o: o.price_per_hour)
+        text = (f"To rent for {METHOD_WORDS[method]}: {per_hour.setup} on {per_hour.name} at "
+                f"${per_hour.price_per_hour:.2f}/h is the cheapest hour")
+        if per_token is not per_hour:
+            text += (f"; {per_token.setup} on {per_token.name} (${per_token.price_per_hour:.2f}/h) "
+                     f"the cheapest work at ${per_token.usd_per_million_tokens:.2f} per million tokens")
+        lines.append(text + ".")
     return lines
 
 
