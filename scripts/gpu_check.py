@@ -201,10 +201,20 @@ def _capability(value: Any) -> str | None:
 
 # ----- measurement against estimate -------------------------------------------------------
 def readings(report: Any) -> dict[str, int]:
-    """Peak allocated, peak reserved and driver-level total of a measured (or estimated) step."""
-    allocated = int(report.tensor_bytes)
-    reserved = allocated + int(report.breakdown.get("allocator_margin", 0))
-    return {"allocated": allocated, "reserved": reserved, "driver": int(report.total_bytes),
+    """Peak allocated, peak reserved and driver-level total of a measured (or estimated) step.
+
+    A CUDA measurement carries torch's own counters (``settings["measured"]["cuda"]``); an
+    estimate or a CPU measurement gives its tensor peak and the two CUDA lines of its breakdown.
+    """
+    tensors = int(report.tensor_bytes)
+    reserved = tensors + int(report.breakdown.get("allocator_margin", 0))
+    measured = report.settings.get("measured")
+    cuda = measured.get("cuda") if isinstance(measured, dict) else None
+    if cuda:
+        return {"allocated": int(cuda["max_memory_allocated"]),
+                "reserved": int(cuda["max_memory_reserved"]), "driver": int(report.total_bytes),
+                "context": int(report.breakdown.get("cuda_context", 0)), "tracked": tensors}
+    return {"allocated": tensors, "reserved": reserved, "driver": int(report.total_bytes),
             "context": int(report.breakdown.get("cuda_context", 0))}
 
 

@@ -226,3 +226,80 @@ def test_notebooks_run_and_failures_are_reported(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "notebooks" / "good.ipynb").exists()
     late = gpu_check.run_notebooks(paths[:1], tmp_path / "out", deadline=0.0)
     assert late[0]["status"] == "skipped" and "time budget" in late[0]["reason"]
+
+
+def test_readings_of_a_cuda_measurement_are_torch_s_counters() -> None:
+    from lessonkit.models import get_preset
+    from lessonkit.report import MemoryReport
+
+    cuda = {"max_memory_allocated": 1010, "max_memory_reserved": 1200}
+    report = MemoryReport(model=get_preset("gpt2"), settings={"measured": {"cuda": cuda}},
+                          peak_phase="backward",
+                          breakdown={"weights": 1000, "cuda_context": 300, "allocator_margin": 200})
+    assert gpu_check.readings(report) == {"allocated": 1010, "reserved": 1200, "driver": 1500,
+                                          "context": 300, "tracked": 1000}
+
+
+def test_cuda_branch_with_a_simulated_gpu(monkeypatch, tmp_path: Path) -> None:
+    """Every line of the CUDA branch runs here, against a stand-in for torch.cuda and measure."""
+    from types import SimpleNamespace
+
+    torch = pytest.importorskip("torch")
+    import lessonkit
+
+    props = SimpleNamespace(name="Simulated GPU", total_memory=80 * 2**30, major=9, minor=0)
+    counters = {"allocated": 0, "reserved": 0}
+    for name, value in {"is_available": lambda: True, "get_device_properties": lambda i=0: props,
+                        "empty_cache": lambda: None, "reset_peak_memory_stats": lambda: None,
+                        "synchronize": lambda: None,
+                        "mem_get_info": lambda: (props.total_memory - counters["reserved"] - 2**29,
+                                                 props.total_memory),
+                        "max_memory_allocated": lambda: counters["allocated"],
+                        "max_memory_reserved": lambda: counters["reserved"],
+                        "memory_reserved": lambda: counters["reserved"]}.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(gpu_check, "_nvml", lambda: None)
+
+    def fake_measure(model, device, **kwargs):
+        report = lessonkit.estimate(model, device="cpu", **kwargs)  # tensors as the "step"
+        tensors = report.tensor_bytes
+        counters.update(allocated=int(tensors * 1.02), reserved=int(tensors * 1.10))
+        report.breakdown["allocator_margin"] = counters["reserved"] - tensors
+        report.breakdown["cuda_context"] = 2**29
+        report.settings["measured"] = {"cuda": {"max_memory_allocated": counters["allocated"],
+                                                "max_memory_reserved": counters["reserved"]}}
+        return report
+
+    device = SimpleNamespace(name="Simulated GPU", total_memory_bytes=props.total_memory,
+                             compute_capability=(9, 0), native_bf16=True, smoke_test="passed")
+    monkeypatch.setattr(lessonkit, "measure", fake_measure)
+    monkeypatch.setattr(lessonkit, "check_gpu_health",
+                        lambda *a, **k: SimpleNamespace(gpus=[device], driver_version="999.1"))
+    constants, doc = tmp_path / "cuda_constants.json", tmp_path / "gpu-validation.md"
+    constants.write_text(gpu_check.CONSTANTS_FILE.read_text())
+    doc.write_text((ROOT / "docs" / "gpu-validation.md").read_text())
+    out = tmp_path / "out"
+    only = [c.name for c in gpu_check.GPU_CONFIGS if not c.needs][:2]
+    args = [str(out), "--no-notebooks", "--write-constants", "--constants", str(constants),
+            "--update-docs", str(doc)] + [a for name in only for a in ("--only", name)]
+    status = gpu_check.main(args)
+
+    results = json.loads((out / "results.json").read_text())
+    assert [h["check"] for h in results["health"] if not h["ok"]] == []
+    assert [r["config"] for r in results["configurations"]] == only
+    for row in results["configurations"]:
+        assert row["measured"]["reserved"] / row["measured"]["allocated"] == pytest.approx(1.10 / 1.02, rel=1e-6)
+        assert row["measured"]["context"] == 2**29
+        assert row["outer"]["outside_allocator_after"] == 2**29
+    derived = results["derived_constants"]
+    assert derived["cuda_context_bytes"] == 2**29
+    assert derived["allocator_margin_ratio"] == pytest.approx(1.10 / 1.02, abs=1e-4)
+    written = json.loads(constants.read_text())
+    assert written["cuda_context_bytes"] == 2**29 and "Simulated GPU" in written["source"]
+    assert "| config |" in doc.read_text() and "Simulated GPU" in doc.read_text()
+    assert results["environment"]["gpu"] == "Simulated GPU"
+    # Simulated counters 2% and 10% above the tensor peak are within the tolerances.
+    assert results["passed"] is True and status == 0
+    assert all(abs(m) <= gpu_check.TOLERANCE[k] for r in results["configurations"]
+               for k, m in r["margins"].items())
