@@ -200,6 +200,16 @@ class HealthReport:
 # ----- the check ----------------------------------------------------------------------------
 def check_gpu_health(model: Any = "7B", *, smoke_test: bool = True) -> HealthReport:
     """Check this machine's GPUs and say what ``model`` can be fine-tuned on them. Never raises."""
+    try:
+        return _check(model, smoke_test)
+    except Exception as err:  # the last line of defence: a report, never a traceback
+        report = HealthReport(model=repr(model), status="error")
+        report.add("check_failed", "error", f"The health check failed: {type(err).__name__}: {err}",
+                   "Please report this with the output of `python -m torch.utils.collect_env`.")
+        return report
+
+
+def _check(model: Any, smoke_test: bool) -> HealthReport:
     from . import probes
 
     report = HealthReport(model=str(getattr(model, "name", model)))

@@ -85,6 +85,13 @@ def probe_torch(report: HealthReport, *, smoke_test: bool = True) -> None:
         report.add("no_torch", "error", f"PyTorch is not installed ({err}).",
                    f"Install it: `pip install torch` (pick the command for your system at {TORCH_INSTALL}).")
         return
+    except Exception as err:  # e.g. OSError: a CUDA library of the wheel fails to load
+        report.backend = "none"
+        report.add("torch_import_failed", "error",
+                   f"PyTorch is installed but fails to import: {type(err).__name__}: {err}",
+                   "Reinstall it in a fresh environment (`pip install --force-reinstall torch`); "
+                   "mixing pip and conda CUDA libraries or LD_LIBRARY_PATH overrides are common causes.")
+        return
     version = getattr(torch, "version", None)
     report.versions.update(torch=str(getattr(torch, "__version__", "?")),
                            cuda=getattr(version, "cuda", None), hip=getattr(version, "hip", None))

@@ -243,6 +243,20 @@ def test_rocm_device(machine):
     assert d.arch == "gfx942" and d.kernels_in_wheel and d.native_bf16 and d.catalog_name == "MI300X"
 
 
+def test_torch_that_fails_to_import(machine, monkeypatch):
+    def broken_import(name, *args, **kwargs):
+        if name == "torch":
+            raise OSError("libcudnn.so.9: cannot open shared object file")
+        return real_import(name, *args, **kwargs)
+
+    import builtins
+    real_import = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", broken_import)
+    report = machine(fake_torch([T4]), fake_pynvml([T4]))
+    assert report.status == "error" and "torch_import_failed" in report.codes()
+    assert "libcudnn" in report.problems[0].message and "Reinstall" in report.problems[0].hint
+
+
 def test_a_probe_that_blows_up_still_gives_a_report(machine):
     torch = fake_torch([T4])
     torch.cuda.get_device_properties = lambda i: 1 / 0
@@ -307,3 +321,10 @@ def test_the_guides_nonexistent_api_and_emulated_bf16_are_never_called():
         attributes = {node.attr for node in ast.walk(ast.parse(inspect.getsource(module)))
                       if isinstance(node, ast.Attribute)}
         assert not attributes & {"get_total_memory", "total_mem", "is_bf16_supported"}
+
+
+def test_never_raises_even_when_the_check_itself_breaks(machine, monkeypatch):
+    monkeypatch.setattr(health, "_status", lambda report: 1 / 0)
+    report = machine(fake_torch([T4]), fake_pynvml([T4]))
+    assert report.status == "error" and report.codes() == ["check_failed"]
+    assert "ZeroDivisionError" in report.problems[0].message
