@@ -1,8 +1,8 @@
 """Exercise checks: ``check("02.3", answer)`` says correct or not yet, inside the notebook.
 
 The question bank (kind, unit, tolerance, hints, key points) lives in ``data/exercises.json``.
-Every expected answer is computed here, when it is checked, from lessonkit itself (the
-calculator, the catalog, the bandwidth table), so it cannot drift from what the course teaches.
+Every expected answer is computed when it is checked, from lessonkit itself (the calculator, the
+catalogs, the bandwidth table: see exercise_answers.py), so it cannot drift from the course.
 Odd answers (None, text where a number is expected, a list, NaN) never raise: they get feedback.
 """
 
@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import difflib
 import html
-import io
-import json
 import math
 import re
 import sys
-import types
-from contextlib import redirect_stdout
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from .errors import LessonkitError, normalise_name, unknown_name_message
+from .exercise_answers import CATALOGS as _CATALOGS
+from .exercise_answers import EXPECTED as _EXPECTED
+from .exercise_answers import bandwidth_data as _bandwidth_data
+from .exercise_answers import bandwidth_ladder
+from .exercise_answers import bank as _bank
+from .faketorch import run_with_fake_torch
 from .units import GB, GiB
+
+__all__ = ["CheckResult", "STATUSES", "answer_key", "bandwidth_ladder", "check", "hint",
+           "key_points_found", "options", "question_ids"]
 
 STATUSES = ("correct", "not yet", "not answered", "self-check")
 PLACEHOLDER_TEXT = "Your answer here"
@@ -98,12 +101,6 @@ def _ipython() -> Any:
 
 
 # ----- the bank -----------------------------------------------------------------------------
-@lru_cache(maxsize=1)
-def _bank() -> dict[str, dict[str, Any]]:
-    text = resources.files("lessonkit").joinpath("data/exercises.json").read_text(encoding="utf-8")
-    return json.loads(text)["questions"]
-
-
 def question_ids(section: str | None = None) -> list[str]:
     """The question ids, all or those of one section ('01' or '01_vram_equation')."""
     ids = list(_bank())
@@ -481,56 +478,6 @@ def key_points_found(question_id: str, answer: str) -> tuple[int, int]:
     return sum(d.startswith("✔") for d in result.details), len(result.details)
 
 
-# ----- code: run the student's function against a fake torch --------------------------------
-def _fake_torch(total_memory: int | None, name: str = "Tesla T4") -> types.ModuleType:
-    """A torch stand-in with today's CUDA API and no ``get_total_memory`` (it never existed)."""
-    torch = types.ModuleType("torch")
-    cuda = types.ModuleType("torch.cuda")
-    available = total_memory is not None
-
-    def no_gpu(*_args: object, **_kwargs: object) -> Any:
-        raise RuntimeError("No CUDA GPUs are available")
-
-    cuda.is_available = lambda: available
-    cuda.device_count = lambda: 1 if available else 0
-    if available:
-        props = types.SimpleNamespace(name=name, total_memory=total_memory, major=7, minor=5,
-                                      multi_processor_count=40)
-        cuda.get_device_name = lambda device=0: name
-        cuda.get_device_properties = lambda device=0: props
-        cuda.mem_get_info = lambda device=0: (total_memory - 300 * 2**20, total_memory)
-        cuda.get_device_capability = lambda device=0: (7, 5)
-    else:
-        cuda.get_device_name = cuda.get_device_properties = cuda.mem_get_info = no_gpu
-        cuda.get_device_capability = no_gpu
-    torch.cuda = cuda
-    return torch
-
-
-def _run_with_fake_torch(fn: Callable[[], Any], torch: types.ModuleType) -> str:
-    """Call ``fn()`` with ``torch`` bound to the fake (global name and import); its printout."""
-    closure = fn.__closure__
-    if closure and "torch" in fn.__code__.co_freevars:  # torch imported in an enclosing function
-        cells = list(closure)
-        cells[fn.__code__.co_freevars.index("torch")] = types.CellType(torch)
-        closure = tuple(cells)
-    patched = types.FunctionType(fn.__code__, {**fn.__globals__, "torch": torch},
-                                 fn.__name__, fn.__defaults__, closure)
-    saved = sys.modules.get("torch"), sys.modules.get("torch.cuda")
-    sys.modules["torch"], sys.modules["torch.cuda"] = torch, torch.cuda
-    out = io.StringIO()
-    try:
-        with redirect_stdout(out):
-            patched()
-    finally:
-        for key, module in zip(("torch", "torch.cuda"), saved):
-            if module is None:
-                sys.modules.pop(key, None)
-            else:
-                sys.modules[key] = module
-    return out.getvalue()
-
-
 def _check_function(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
     title = question.get("title", "")
     if not callable(answer) or not hasattr(answer, "__code__"):
@@ -540,7 +487,7 @@ def _check_function(qid: str, question: dict[str, Any], answer: object) -> Check
     details, passed = [], 0
     for label, torch, verify in cases:
         try:
-            printed = _run_with_fake_torch(answer, torch)
+            printed = run_with_fake_torch(answer, torch)
         except NotImplementedError:
             return CheckResult(qid, title, "not answered",
                                "Not answered yet: replace the `raise NotImplementedError` line.")
@@ -561,347 +508,3 @@ _CHECKERS: dict[str, Callable[[str, dict[str, Any], object], CheckResult]] = {
     "number": _check_number, "table": _check_table, "choice": _check_choice,
     "multi": _check_choice, "text": _check_text, "function": _check_function,
 }
-
-# Catalog-backed choices: resolve any spelling of a name to its canonical record name.
-_CATALOGS: dict[str, Callable[[str], str]] = {}
-
-# question id -> a function computing the expected answer from lessonkit, filled below.
-_EXPECTED: dict[str, Callable[[], Any]] = {}
-
-
-def _expects(*qids: str) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
-    def register(fn: Callable[[], Any]) -> Callable[[], Any]:
-        for qid in qids:
-            _EXPECTED[qid] = fn
-        return fn
-    return register
-
-
-# ----- the bandwidth ladder -----------------------------------------------------------------
-@lru_cache(maxsize=1)
-def _bandwidth_data() -> list[dict[str, Any]]:
-    text = resources.files("lessonkit").joinpath("data/bandwidth.json").read_text(encoding="utf-8")
-    return json.loads(text)["links"]
-
-
-def bandwidth_ladder() -> list[dict[str, Any]]:
-    """The links data crosses on its way to the GPU's cores, slowest first.
-
-    Each is a dict with name, what, bandwidth_gbs (decimal GB/s), source and as_of; GPU memory
-    rows take their figure from the GPU catalog.
-    """
-    from .gpus import get_gpu
-
-    rows = []
-    for link in _bandwidth_data():
-        row = {k: v for k, v in link.items() if k != "aliases"}
-        if "gpu" in link:
-            gpu = get_gpu(link["gpu"])
-            row.update(bandwidth_gbs=float(gpu.bandwidth_gbs), source=gpu.source, as_of=gpu.as_of)
-        rows.append(row)
-    return sorted(rows, key=lambda r: r["bandwidth_gbs"])
-
-
-# ----- expected answers, computed from lessonkit ---------------------------------------------
-def _estimate(model: object = "7B", **settings: Any) -> Any:
-    from .vram import estimate
-
-    return estimate(model, **settings)
-
-
-def _gpu(name: str) -> Any:
-    from .gpus import get_gpu
-
-    return get_gpu(name)
-
-
-def _yes_no(flag: bool) -> str:
-    return "yes" if flag else "no"
-
-
-def _resolve_category(raw: str) -> str:
-    from .report import CATEGORIES, LABELS
-
-    table = {normalise_name(k): k for k in CATEGORIES}
-    table |= {normalise_name(label): key for key, label in LABELS.items()}
-    table |= {normalise_name(label.split()[0]): key for key, label in LABELS.items()}
-    key = normalise_name(raw)
-    if key not in table:
-        raise LessonkitError(unknown_name_message(raw, CATEGORIES, "category"))
-    return table[key]
-
-
-def _resolve_method(raw: str) -> str:
-    from .errors import choose
-    from .options import METHODS
-
-    return choose(raw, METHODS, "method")
-
-
-def _resolve_environment(raw: str) -> str:
-    from .environments import get_environment
-
-    return get_environment(raw).name
-
-
-def _resolve_model(raw: str) -> str:
-    from .models import get_preset
-
-    return get_preset(raw).name
-
-
-_CATALOGS.update(gpus=lambda raw: _gpu(raw).name, environments=_resolve_environment,
-                 categories=_resolve_category, methods=_resolve_method, models=_resolve_model)
-
-# The precision each method is taught with: mixed precision for full fine-tuning, a 16-bit
-# base (bf16 compute) for LoRA and QLoRA.
-_METHOD_PRECISION = {"full": "bf16-mixed", "lora": "bf16", "qlora": "bf16"}
-
-
-def _method_run(model: object, method: str, **settings: Any) -> Any:
-    return _estimate(model, method=method, precision=_METHOD_PRECISION[method], **settings)
-
-
-@_expects("01.1")
-def _weights_16bit() -> float:
-    return _estimate("7B", precision="bf16").breakdown["weights"]
-
-
-@_expects("01.2")
-def _bytes_per_param_full() -> float:
-    report = _estimate("7B", precision="bf16-mixed", optimizer="adamw")
-    b = report.breakdown
-    return (b["weights"] + b["gradients"] + b["optimizer"]) / report.model.n_params
-
-
-@_expects("01.3")
-def _optimizer_over_weights() -> float:
-    states = _estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown["optimizer"]
-    return states / _estimate("7B", precision="bf16").breakdown["weights"]
-
-
-@_expects("01.4")
-def _lora_params() -> float:
-    from .models import resolve_model
-
-    return resolve_model("7B").lora_params(16, ("q_proj", "v_proj"))
-
-
-@_expects("01.5")
-def _largest_category() -> str:
-    breakdown = _estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown
-    return max(breakdown, key=breakdown.get)
-
-
-def _full_7b(**change: Any) -> Any:
-    base = dict(_bank()["02.3"]["base"])
-    return _estimate(base.pop("model"), **(base | change))
-
-
-@_expects("02.1")
-def _full_7b_peak() -> float:
-    return _full_7b().total_bytes
-
-
-@_expects("02.2")
-def _full_7b_fits_a100() -> str:
-    return _yes_no(_gpu("A100 80GB").fits(_full_7b()))
-
-
-@_expects("02.3")
-def _changes_that_fit() -> set[str]:
-    a100 = _gpu("A100 80GB")
-    return {o["name"] for o in _bank()["02.3"]["options"] if a100.fits(_full_7b(**o["settings"]))}
-
-
-def _lora_7b_batch4() -> Any:
-    return _estimate("7B", method="lora", precision="bf16", batch_size=4, seq_len=1024)
-
-
-@_expects("02.4")
-def _smallest_matrix_gpu() -> set[str]:
-    from .gpus import list_gpus
-
-    run = _lora_7b_batch4()
-    fitting = [g for g in list_gpus(in_guide=True) if g.fits(run)]
-    least = min(g.usable_bytes for g in fitting)
-    return {g.name for g in fitting if g.usable_bytes == least}
-
-
-@_expects("02.5")
-def _methods_for_70b_on_a100() -> set[str]:
-    from .options import METHODS
-
-    a100 = _gpu("A100 80GB")
-    return {m for m in METHODS if a100.fits(_method_run("llama-2-70b", m))}
-
-
-def _cheapest_environments(run: Any) -> set[str]:
-    """Names of the rentable environments whose cheapest single GPU that fits ``run`` costs least."""
-    from .environments import list_environments
-
-    prices = {}
-    for env in list_environments():
-        if env.tier == 0:  # your own hardware is bought, not rented
-            continue
-        fitting = [o.price_per_hour.typical for o in env.offers
-                   if 1 in o.counts and not o.broken and o.gpu.fits(run)]
-        if fitting:
-            prices[env.name] = min(fitting)
-    cheapest = min(prices.values())
-    return {name for name, price in prices.items() if price == cheapest}
-
-
-@_expects("03.1")
-def _cheapest_for_qlora() -> set[str]:
-    return _cheapest_environments(_estimate("7B", method="qlora", precision="bf16"))
-
-
-@_expects("03.2")
-def _cheapest_for_lora_batch4() -> set[str]:
-    return _cheapest_environments(_lora_7b_batch4())
-
-
-def _price(environment: str, gpu: str) -> float:
-    from .environments import get_environment
-
-    return get_environment(environment).offer(gpu).price_per_hour.typical
-
-
-@_expects("03.3")
-def _ten_hours_on_lambda() -> float:
-    return _price("lambda", "A100 80GB") * 10
-
-
-@_expects("03.4")
-def _sagemaker_over_lambda() -> float:
-    return _price("sagemaker", "A100 80GB") / _price("lambda", "A100 80GB")
-
-
-@_expects("03.5")
-def _lora_batch4_fits_t4() -> str:
-    return _yes_no(_gpu("T4").fits(_lora_7b_batch4()))
-
-
-def _fewest_a100s(method: str, precision: str) -> int:
-    a100 = _gpu("A100 80GB")
-    for n in range(1, 257):
-        if a100.fits(_estimate("llama-2-70b", method=method, precision=precision,
-                               n_gpus=n, zero_stage=3)):
-            return n
-    raise LessonkitError(f"{method} of 70B does not fit on 256 A100s")
-
-
-@_expects("04.1")
-def _a100s_for_full_70b() -> int:
-    return _fewest_a100s("full", "bf16-master")
-
-
-@_expects("04.2")
-def _a100s_for_lora_70b() -> int:
-    return _fewest_a100s("lora", "bf16")
-
-
-@_expects("04.3")
-def _methods_on_8_a100s() -> set[str]:
-    a100 = _gpu("A100 80GB")
-    settings = _bank()["04.3"]["method_settings"]
-    return {m for m, kw in settings.items()
-            if a100.fits(_estimate("llama-2-70b", method=m, n_gpus=8, **kw))}
-
-
-@_expects("04.4")
-def _gpus_under_half_a_dollar() -> set[str]:
-    from .gpus import list_gpus
-
-    run = _estimate("llama-3.1-8b", method="qlora", precision="bf16", batch_size=4, seq_len=1024,
-                    gradient_checkpointing=True)
-    return {g.name for g in list_gpus()
-            if g.price_per_hour is not None and g.price_per_hour.typical <= 0.5 and g.fits(run)}
-
-
-def _vram_printed(total_memory: int) -> Callable[[str], str | None]:
-    """A verifier: the printout must state this total, in GB or GiB, with the right label."""
-    gb, gib = total_memory / GB, total_memory / GiB
-
-    def verify(printed: str) -> str | None:
-        found = re.findall(r"(\d+(?:\.\d+)?)\s*(GiB|GB)\b", printed)
-        for number, label in found:
-            if abs(float(number) - (gib if label == "GiB" else gb)) < 0.011:
-                return None
-        for number, label in found:
-            if label == "GB" and abs(float(number) - gib) < 0.011:
-                return (f"it prints {number} GB, but {number} is the size in GiB "
-                        "(divided by 1024**3): label it GiB, or divide by 10**9 for GB")
-        if found:
-            return f"the total it prints ({' '.join(found[0])}) is not this GPU's memory"
-        return "it does not print the total memory with a unit (GB or GiB)"
-    return verify
-
-
-@_expects("05.1")
-def _health_check_cases() -> list[tuple[str, types.ModuleType, Callable[[str], str | None]]]:
-    cases = []
-    for name in ("T4", "A100 80GB"):
-        total = _gpu(name).usable_bytes
-        cases.append((f"with one {name} ({total:,} bytes)", _fake_torch(total, f"NVIDIA {name}"),
-                      _vram_printed(total)))
-    cases.append(("on a machine without a GPU", _fake_torch(None),
-                  lambda printed: None if printed.strip() else "it prints nothing"))
-    return cases
-
-
-@_expects("05.2")
-def _t4_in_gib() -> float:
-    return _gpu("T4").memory_bytes / GiB
-
-
-@_expects("05.3")
-def _t4_native_bf16() -> str:
-    return _yes_no(_gpu("T4").native_bf16)
-
-
-@_expects("05.4")
-def _p100_capability() -> float:
-    return float(_gpu("P100").compute_capability)
-
-
-@_expects("05.5")
-def _guide_success_right() -> str:
-    return _yes_no(_lora_7b_batch4().total_bytes <= 16 * GiB)
-
-
-@_expects("06.1")
-def _pass_times() -> dict[str, float]:
-    weights = float(_bank()["06.1"]["weights_gb"]) * GB
-    return {link["name"]: weights / (link["bandwidth_gbs"] * GB) for link in bandwidth_ladder()}
-
-
-@_expects("06.2")
-def _pcie4_over_hbm3() -> float:
-    speed = {link["name"]: link["bandwidth_gbs"] for link in bandwidth_ladder()}
-    return speed["HBM3 (H100 SXM)"] / speed["PCIe 4.0 x16"]
-
-
-@_expects("06.4")
-def _fourteen_gb_model() -> dict[str, float]:
-    report = _estimate("7B", method="full", precision="bf16", optimizer="adamw",
-                       batch_size=1, seq_len=512)
-    b = report.breakdown
-    # At this run's peak (the optimizer step) the activations are already freed: take what
-    # the forward pass adds on top of the weights and optimizer states.
-    forward = report.phase_peaks["forward"] - b["weights"] - b["optimizer"]
-    rows = {"gradients": b["gradients"], "optimizer": b["optimizer"], "activations": forward,
-            "cuda_context": b["cuda_context"]}
-    return {row: rows[row] for row in _bank()["06.4"]["rows"]}
-
-
-@_expects("06.6")
-def _largest_qlora_preset() -> set[str]:
-    from .models import get_preset, preset_names
-
-    gpu = _gpu("RTX 4090")
-    fitting = [get_preset(n) for n in preset_names()
-               if gpu.fits(_estimate(n, method="qlora", precision="bf16", lora_targets="all-linear"))]
-    most = max(spec.n_params for spec in fitting)
-    return {spec.name for spec in fitting if spec.n_params == most}
