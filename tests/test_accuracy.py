@@ -1,0 +1,179 @@
+"""The calculator against measurement: estimate() vs measure() on a grid of training steps.
+
+measure() runs each step for real under FakeTensorMode on CPU, so the estimate is compared with
+device="cpu" (no CUDA context, no allocator margin, CPU kernels). Targets: weights, gradients and
+optimizer states exact to the byte; the tensor peak within 5% for every configuration and
+within 2% at the median.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+import lessonkit  # noqa: E402
+from lessonkit.models import ModelSpec  # noqa: E402
+
+SPECS = {
+    "llama": ModelSpec(name="tiny-llama", family="llama", n_layers=2, hidden_size=256, n_heads=4,
+                       n_kv_heads=4, intermediate_size=688, vocab_size=4096),
+    "qwen": ModelSpec(name="tiny-qwen2", family="qwen2", n_layers=2, hidden_size=256, n_heads=8,
+                      n_kv_heads=2, intermediate_size=704, vocab_size=4096, attention_bias="qkv"),
+    "gpt2": ModelSpec(name="tiny-gpt2", family="gpt2", n_layers=2, hidden_size=256, n_heads=4,
+                      n_kv_heads=4, intermediate_size=1024, vocab_size=4096, tie_embeddings=True,
+                      gated_mlp=False, norm="layernorm", attention_bias="all", mlp_bias=True,
+                      max_positions=1024, hidden_act="gelu_new"),
+    "llama4": ModelSpec(name="small-llama-4L", family="llama", n_layers=4, hidden_size=384,
+                        n_heads=6, n_kv_heads=2, intermediate_size=1024, vocab_size=8192),
+}
+
+# (family, settings): every method, precision and optimizer, several batch sizes and lengths,
+# checkpointing on and off, eager and SDPA attention, one and several GPUs.
+GRID = [
+    ("llama", dict(batch_size=2, seq_len=64)),
+    ("llama", dict(batch_size=4, seq_len=256)),
+    ("llama", dict(batch_size=8, seq_len=512)),
+    ("llama", dict(batch_size=4, seq_len=256, precision="bf16")),
+    ("llama", dict(batch_size=4, seq_len=256, precision="fp32")),
+    ("llama", dict(batch_size=4, seq_len=256, attention="eager")),
+    ("llama", dict(batch_size=2, seq_len=64, optimizer="adamw-fused")),
+    ("llama", dict(batch_size=2, seq_len=64, optimizer="adamw-forloop")),
+    ("llama", dict(batch_size=2, seq_len=64, optimizer="sgd")),
+    ("llama", dict(batch_size=2, seq_len=64, optimizer="sgd-momentum")),
+    ("llama", dict(batch_size=2, seq_len=64, optimizer="adafactor")),
+    ("llama", dict(batch_size=2, seq_len=64, optimizer="lion")),
+    ("llama", dict(batch_size=2, seq_len=64, optimizer="adamw-8bit")),
+    ("llama", dict(batch_size=2, seq_len=64, optimizer="paged-adamw-8bit", precision="bf16")),
+    ("llama", dict(batch_size=2, seq_len=64, precision="bf16-master")),
+    ("llama", dict(batch_size=2, seq_len=64, precision="bf16", optimizer="adafactor")),
+    ("llama", dict(batch_size=4, seq_len=256, gradient_checkpointing=True)),
+    ("llama", dict(batch_size=4, seq_len=256, method="lora")),
+    ("llama", dict(batch_size=4, seq_len=256, method="lora", precision="bf16")),
+    ("llama", dict(batch_size=4, seq_len=256, method="lora", lora_targets="all-linear")),
+    ("llama", dict(batch_size=1, seq_len=512, method="lora", lora_dtype="bf16", precision="bf16")),
+    ("llama", dict(batch_size=4, seq_len=256, method="qlora")),
+    ("llama", dict(batch_size=4, seq_len=256, method="qlora", precision="bf16",
+                   gradient_checkpointing=True)),
+    ("llama", dict(batch_size=4, seq_len=256, gradient_accumulation=2)),
+    ("llama", dict(batch_size=16, seq_len=128, precision="fp32", optimizer="sgd")),
+    ("llama", dict(batch_size=4, seq_len=256, attention="eager", precision="bf16",
+                   gradient_checkpointing=True)),
+    ("llama", dict(batch_size=2, seq_len=128, n_gpus=2)),
+    ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=1)),
+    ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=2)),
+    ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=3)),
+    ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=2, method="lora")),
+    ("llama", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=3, method="lora",
+                   gradient_checkpointing=True)),
+    ("qwen", dict(batch_size=4, seq_len=256)),
+    ("qwen", dict(batch_size=4, seq_len=128, attention="eager")),
+    ("qwen", dict(batch_size=2, seq_len=256, precision="fp16-mixed", method="lora",
+                  lora_targets="all-linear")),
+    ("qwen", dict(batch_size=8, seq_len=128, precision="bf16", gradient_checkpointing=True)),
+    ("qwen", dict(batch_size=8, seq_len=128, method="lora", gradient_checkpointing=True)),
+    ("qwen", dict(batch_size=4, seq_len=256, method="qlora", double_quant=False,
+                  optimizer="adamw-8bit")),
+    ("qwen", dict(batch_size=2, seq_len=128, n_gpus=8, zero_stage=3, precision="bf16")),
+    ("qwen", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=2, offload_optimizer=True)),
+    ("gpt2", dict(batch_size=2, seq_len=64)),
+    ("gpt2", dict(batch_size=4, seq_len=256)),
+    ("gpt2", dict(batch_size=4, seq_len=256, precision="bf16")),
+    ("gpt2", dict(batch_size=2, seq_len=128, attention="eager")),
+    ("gpt2", dict(batch_size=4, seq_len=128, method="lora", lora_targets=("c_attn",))),
+    ("gpt2", dict(batch_size=4, seq_len=128, method="qlora", lora_targets="all-linear")),
+    ("gpt2", dict(batch_size=4, seq_len=256, gradient_checkpointing=True, optimizer="adafactor")),
+    ("gpt2", dict(batch_size=4, seq_len=128, precision="fp32", optimizer="lion")),
+    ("gpt2", dict(batch_size=2, seq_len=512, precision="bf16-master", optimizer="adamw-fused")),
+    ("gpt2", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=1, optimizer="adafactor")),
+    ("llama4", dict(batch_size=4, seq_len=256)),
+    ("llama4", dict(batch_size=2, seq_len=512, method="lora", lora_targets="all-linear",
+                    gradient_checkpointing=True)),
+]
+
+
+def _id(case: tuple[str, dict]) -> str:
+    family, kw = case
+    return family + "-" + "-".join(f"{k}={v}" for k, v in kw.items())
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, tuple]:
+    """Each configuration measured once per session, with its estimate."""
+    out = {}
+    for case in GRID:
+        family, kw = case
+        measured = lessonkit.measure(SPECS[family], device="cpu", **kw)
+        estimated = lessonkit.estimate(SPECS[family], device="cpu", **kw)
+        out[_id(case)] = (measured, estimated)
+    return out
+
+
+def _error(measured, estimated) -> float:
+    return (estimated.tensor_bytes - measured.tensor_bytes) / measured.tensor_bytes
+
+
+def test_grid_covers_what_it_claims() -> None:
+    from lessonkit.options import METHODS, OPTIMIZERS, PRECISIONS
+
+    assert len(GRID) >= 40
+    assert {SPECS[f].family for f, _ in GRID} >= {"llama", "qwen2", "gpt2"}
+    assert {kw.get("method", "full") for _, kw in GRID} == set(METHODS)
+    assert {kw.get("precision", "bf16-mixed") for _, kw in GRID} == set(PRECISIONS)
+    assert {kw.get("optimizer", "adamw") for _, kw in GRID} == set(OPTIMIZERS)
+    assert {kw.get("zero_stage", 0) for _, kw in GRID} == {0, 1, 2, 3}
+    assert {kw.get("gradient_checkpointing", False) for _, kw in GRID} == {True, False}
+    assert len({kw.get("batch_size") for _, kw in GRID}) >= 4
+    assert len({kw.get("seq_len") for _, kw in GRID}) >= 4
+
+
+@pytest.mark.parametrize("case", GRID, ids=_id)
+def test_weights_gradients_optimizer_exact(results, case) -> None:
+    measured, estimated = results[_id(case)]
+    m, e = measured.settings["measured"], estimated.settings["estimated"]
+    assert e["weight_bytes"] == m["parameter_bytes"] + m["buffer_bytes"]
+    assert e["gradient_bytes"] == m["gradient_bytes"]
+    assert e["optimizer_bytes"] == m["optimizer_bytes"]
+    assert e["trainable_parameters"] == m["trainable_parameters"]
+
+
+@pytest.mark.parametrize("case", GRID, ids=_id)
+def test_tensor_peak_within_5_percent(results, case) -> None:
+    measured, estimated = results[_id(case)]
+    assert measured.breakdown["cuda_context"] == estimated.breakdown["cuda_context"] == 0
+    error = _error(measured, estimated)
+    assert abs(error) <= 0.05, (
+        f"estimate {estimated.tensor_bytes:,} vs measured {measured.tensor_bytes:,} "
+        f"({error:+.2%}); phases: estimated {estimated.phase_peaks}, "
+        f"measured {measured.phase_peaks}")
+
+
+def test_median_error_within_2_percent(results) -> None:
+    errors = [abs(_error(*results[_id(case)])) for case in GRID]
+    assert statistics.median(errors) <= 0.02
+
+
+# ----- 7B/8B shapes -----------------------------------------------------------------------
+LARGE = [
+    ("llama-2-7b", dict(batch_size=1, seq_len=512)),
+    ("llama-3.1-8b", dict(batch_size=1, seq_len=1024, method="qlora",
+                          gradient_checkpointing=True)),
+    ("llama-2-7b", dict(batch_size=2, seq_len=512, method="lora", precision="bf16")),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", LARGE, ids=lambda c: _id(c))
+def test_large_shapes(case) -> None:
+    name, kw = case
+    measured = lessonkit.measure(name, device="cpu", **kw)
+    estimated = lessonkit.estimate(name, device="cpu", **kw)
+    m, e = measured.settings["measured"], estimated.settings["estimated"]
+    assert e["weight_bytes"] == m["parameter_bytes"] + m["buffer_bytes"]
+    assert e["gradient_bytes"] == m["gradient_bytes"]
+    assert e["optimizer_bytes"] == m["optimizer_bytes"]
+    assert abs(_error(measured, estimated)) <= 0.05
