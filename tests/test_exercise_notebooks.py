@@ -146,7 +146,7 @@ def test_exercise_notebooks_are_clean_and_say_where_they_come_from(name):
     assert f"colab.research.google.com/github/{REPO_URL[19:]}/blob/main/exercises/{name}.ipynb" in badges
     assert f"kaggle.com/kernels/welcome?src={REPO_URL}/blob/main/exercises/{name}.ipynb" in badges
     install = next(source(c) for c in exercise["cells"] if c["cell_type"] == "code")
-    assert 'find_spec("lessonkit") is None' in install and "%pip install" in install
+    assert "except ImportError:" in install and "%pip install" in install  # only where missing
     assert not re.search(r"(torch|numpy|matplotlib)\s*[=<>]=", install)
 
 
