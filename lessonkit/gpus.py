@@ -91,7 +91,7 @@ class GPU:
         """E.g. 'T4 (15.0 GiB usable)'."""
         return f"{self.name} ({self.usable_memory_gib:.1f} GiB usable)"
 
-    def fits(self, report: Any, count: int = 1) -> bool:
+    def fits(self, report: Any) -> bool:
         """True when a MemoryReport's per-GPU peak fits in one device of this GPU."""
         return int(report.total_bytes) <= self.usable_bytes
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .platforms import LOCAL, Platform, detect_platform
-from .units import GB, GiB
+from .units import GiB
 
 STATUSES = ("ok", "warning", "no_gpu", "error")
 SEVERITIES = ("error", "warning", "info")
@@ -243,7 +243,3 @@ def _status(report: HealthReport) -> str:
     if report.has_usable_gpu:
         return "warning" if severities & {"error", "warning"} else "ok"
     return "error" if "error" in severities else "no_gpu"
-
-
-def format_gb(n: float) -> str:
-    return f"{n / GB:.1f} GB"

@@ -88,3 +88,13 @@ def test_to_dict_round_trips_the_figures():
     assert d["memory_gb"] == 80 and d["bf16_tflops"] == 989 and d["in_guide"] is True
     assert d["price_per_hour"]["low"] <= d["price_per_hour"]["high"]
     json.dumps(d)
+
+
+def test_fits_compares_the_peak_with_usable_memory():
+    from lessonkit import estimate
+
+    t4 = get_gpu("T4")
+    qlora = estimate("7B", method="qlora", precision="bf16", gradient_checkpointing=True)
+    full = estimate("7B", method="full")
+    assert t4.fits(qlora) == (qlora.total_bytes <= 15 * GiB) is True
+    assert not t4.fits(full)
