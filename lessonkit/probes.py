@@ -279,7 +279,9 @@ def _device(report: HealthReport, torch: Any, i: int, smoke_test: bool) -> Devic
     gcn = getattr(props, "gcnArchName", None)
     if report.backend == "rocm" and gcn:
         device.arch = str(gcn).split(":")[0]
-        device.native_bf16 = device.arch >= "gfx90a" and device.arch.startswith("gfx9")
+        # bf16 matrix cores: CDNA (MI100 gfx908 and later) and RDNA 3/4 (gfx11xx, gfx12xx)
+        device.native_bf16 = device.arch.startswith(("gfx908", "gfx90a", "gfx94", "gfx95",
+                                                     "gfx11", "gfx12"))
     else:
         device.compute_capability = (major, minor)
         device.arch = f"sm_{major}{minor}"
