@@ -232,6 +232,9 @@ class _Unreadable(Exception):
 def _read_number(answer: object, unit: str) -> float:
     """An answer as a float in the question's base unit (bytes for 'GB'), or _Unreadable."""
     example = f"a number such as {_EXAMPLES.get(unit, '42')}"
+    if hasattr(answer, "total_bytes") and hasattr(answer, "breakdown"):
+        raise _Unreadable("That is a whole MemoryReport: answer with the number the question asks "
+                          "for, such as report.total_bytes or report.breakdown['gradients'].")
     if isinstance(answer, bool) or isinstance(answer, (list, tuple, set, dict)):
         raise _Unreadable(f"Expected one number ({example}), got {_describe(answer)}.")
     if isinstance(answer, str):
@@ -407,9 +410,11 @@ def _pick(raw: object, question: dict[str, Any]) -> str:
     """The option an answer names, or _Unreadable with close matches."""
     if isinstance(raw, bool) and "yes" in _options(question).values():
         return "yes" if raw else "no"
+    source = question.get("options_from")
+    if source and not isinstance(raw, str) and isinstance(getattr(raw, "name", None), str):
+        raw = raw.name  # a catalog record (GPU, environment, ModelSpec) stands for its name
     if not isinstance(raw, str):
         raise _Unreadable(f"Expected the name of an option (a string), got {_describe(raw)}.")
-    source = question.get("options_from")
     if source:
         try:
             return _CATALOGS[source](raw)

@@ -212,6 +212,16 @@ def test_wrong_choices_are_rejected(qid):
     assert status(qid, [sorted(accepted)[0]]) == "not yet"  # one option, not a list
 
 
+def test_records_stand_for_their_names_and_reports_get_a_pointer():
+    import lessonkit
+
+    assert status("02.4", lessonkit.get_gpu(sorted(answer_key("02.4"))[0])) == "correct"
+    assert status("06.6", lessonkit.get_preset(sorted(answer_key("06.6"))[0])) == "correct"
+    report = lessonkit.estimate("7B", method="full", precision="bf16-mixed")
+    result = check("02.1", report, show=False)
+    assert result.status == "not yet" and "report.total_bytes" in result.message
+
+
 def test_unknown_option_names_get_close_matches():
     result = check("05.3", "nope", show=False)
     assert result.status == "not yet" and "Did you mean 'no'" in result.message
