@@ -25,8 +25,10 @@ import importlib.util
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -309,49 +311,61 @@ def write_constants(path: Path, derived: dict[str, Any], env: dict[str, Any]) ->
 
 
 # ----- notebooks -----------------------------------------------------------------------------
+NOTEBOOK_DIRS = ("notebooks", "solutions", "exercises")
+
+
+def find_notebooks(root: Path = ROOT) -> list[Path]:
+    """The course notebooks, the solutions and the exercises (all run without an error)."""
+    return [nb for folder in NOTEBOOK_DIRS for nb in sorted((root / folder).glob("*.ipynb"))]
+
+
 def notebook_runner() -> tuple[Callable[[Path, Path], None] | None, str]:
-    """papermill's executor, or None and the reason it cannot run here."""
+    """A function executing one notebook with papermill, or None and why it cannot run here."""
     missing = [m for m in ("papermill", "ipykernel") if importlib.util.find_spec(m) is None]
     if missing:
         return None, (f"{' and '.join(missing)} not installed: see docs/gpu-validation.md for an "
                       "offline install from wheels")
 
     def run(notebook: Path, output: Path) -> None:
-        import papermill
-
-        # The kernel is another process: let it find this checkout's lessonkit, headless.
-        os.environ["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-        os.environ.setdefault("MPLBACKEND", "Agg")
+        # A process per notebook (they run side by side); its kernel finds this checkout's
+        # lessonkit through PYTHONPATH and draws headless.
+        env = dict(os.environ, MPLBACKEND=os.environ.get("MPLBACKEND", "Agg"),
+                   PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
+                                              if p))
         output.parent.mkdir(parents=True, exist_ok=True)
-
-        papermill.execute_notebook(str(notebook), str(output), kernel_name="python3",
-                                   cwd=str(notebook.parent), progress_bar=False,
-                                   execution_timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-m", "papermill", str(notebook), str(output), "--cwd",
+             str(notebook.parent), "-k", "python3", "--no-progress-bar", "--execution-timeout",
+             "600"], capture_output=True, text=True, env=env, timeout=900)
+        if proc.returncode:
+            raise RuntimeError(proc.stderr.strip()[-400:] or f"papermill exited {proc.returncode}")
 
     return run, ""
 
 
-def run_notebooks(notebooks: list[Path], out: Path, deadline: float) -> list[dict[str, Any]]:
+def run_notebooks(notebooks: list[Path], out: Path, deadline: float,
+                  workers: int = 4) -> list[dict[str, Any]]:
+    """Execute each notebook (``workers`` at a time); a row per notebook, in the given order."""
     runner, reason = notebook_runner()
-    rows = []
-    for nb in notebooks:
-        row: dict[str, Any] = {"notebook": nb.name}
+
+    def one(nb: Path) -> dict[str, Any]:
+        name = str(nb.relative_to(ROOT)) if nb.is_relative_to(ROOT) else nb.name
+        row: dict[str, Any] = {"notebook": name}
         if runner is None:
-            rows.append(row | {"status": "skipped", "reason": reason})
-            continue
+            return row | {"status": "skipped", "reason": reason}
         if time.monotonic() > deadline:
-            rows.append(row | {"status": "skipped", "reason": "time budget spent"})
-            continue
+            return row | {"status": "skipped", "reason": "time budget spent"}
         start = time.perf_counter()
         try:
-            runner(nb, out / "notebooks" / nb.name)
+            runner(nb, out / "notebooks" / nb.parent.name / nb.name)
             row["status"] = "ok"
         except Exception as err:
-            row |= {"status": "fail", "reason": f"{type(err).__name__}: {str(err)[-300:]}"}
+            row |= {"status": "fail", "reason": f"{type(err).__name__}: {err}"}
         row["seconds"] = round(time.perf_counter() - start, 1)
-        rows.append(row)
-    return rows
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(one, notebooks))
 
 
 # ----- the results table -------------------------------------------------------------------
@@ -497,13 +511,14 @@ def main(argv: list[str] | None = None) -> int:
     results["table"] = [table_row(r) for r in rows]
     results["derived_constants"] = derive_constants(rows) if device == "cuda" else None
 
-    notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    notebooks = find_notebooks()
     if args.no_notebooks:
-        results["notebooks"] = [{"notebook": nb.name, "status": "skipped", "reason": "--no-notebooks"}
-                                for nb in notebooks]
+        results["notebooks"] = [{"notebook": str(nb.relative_to(ROOT)), "status": "skipped",
+                                 "reason": "--no-notebooks"} for nb in notebooks]
     else:
-        print(f"notebooks: {len(notebooks)}", flush=True)
-        results["notebooks"] = run_notebooks(notebooks, args.out, deadline)
+        print(f"notebooks: {len(notebooks)} in {', '.join(NOTEBOOK_DIRS)}", flush=True)
+        results["notebooks"] = run_notebooks(notebooks, args.out, deadline,
+                                             workers=min(6, os.cpu_count() or 1))
         for nb in results["notebooks"]:
             print(f"  {nb['notebook']:<40} {nb['status']} {nb.get('reason', '')}", flush=True)
 

@@ -27,7 +27,7 @@ def _load_script():
 
 
 gpu_check = _load_script()
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = gpu_check.find_notebooks()
 
 
 def test_health_check_agrees_with_torch_and_nvml() -> None:
@@ -66,7 +66,7 @@ def test_measured_step_matches_the_estimate(config) -> None:
 
 
 @pytest.mark.notebooks
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_notebook_runs_on_the_gpu(notebook: Path, tmp_path: Path) -> None:
     runner, reason = gpu_check.notebook_runner()
     if runner is None:

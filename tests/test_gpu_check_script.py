@@ -199,6 +199,12 @@ def test_docs_say_plainly_whether_a_gpu_run_is_recorded() -> None:
         assert "No GPU run has been recorded yet" in section and "| config |" not in section
 
 
+def test_every_notebook_of_the_course_is_run() -> None:
+    found = gpu_check.find_notebooks()
+    for folder in ("notebooks", "solutions", "exercises"):
+        assert [p for p in found if p.parent.name == folder] == sorted((ROOT / folder).glob("*.ipynb"))
+
+
 def test_notebooks_are_skipped_with_the_reason_without_papermill(monkeypatch, tmp_path: Path) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
@@ -223,7 +229,7 @@ def test_notebooks_run_and_failures_are_reported(tmp_path: Path) -> None:
     rows = gpu_check.run_notebooks(paths, tmp_path / "out", deadline=float("inf"))
     assert [(r["notebook"], r["status"]) for r in rows] == [("good.ipynb", "ok"), ("bad.ipynb", "fail")]
     assert "broken cell" in rows[1]["reason"]
-    assert (tmp_path / "out" / "notebooks" / "good.ipynb").exists()
+    assert (tmp_path / "out" / "notebooks" / tmp_path.name / "good.ipynb").exists()
     late = gpu_check.run_notebooks(paths[:1], tmp_path / "out", deadline=0.0)
     assert late[0]["status"] == "skipped" and "time budget" in late[0]["reason"]
 
