@@ -1,0 +1,132 @@
+"""`lessonkit vram`: the breakdown, --gpu verdicts with exit codes, --json, and clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lessonkit import estimate
+from lessonkit.cli import main
+from lessonkit.units import GB
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["vram", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_prints_the_breakdown_the_api_computes(capsys) -> None:
+    code, out, err = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--batch-size",
+                         "4", "--seq-len", "1024")
+    expected = estimate("llama-2-7b", method="qlora", batch_size=4, seq_len=1024)
+    assert code == 0 and not err
+    assert f"{expected.total_bytes / GB:.2f} GB" in out
+    for label in ("Weights", "Activations", "CUDA context", "Peak per GPU"):
+        assert label in out
+
+
+def test_gpu_verdict_and_exit_code(capsys) -> None:
+    code, out, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--batch-size", "1",
+                       "--seq-len", "512", "--gradient-checkpointing", "--gpu", "t4")
+    assert code == 0 and "T4" in out and "it fits" in out
+    code, out, _ = run(capsys, "--model", "llama-2-7b", "--gpu", "A100 80GB")
+    assert code == 1 and "does NOT fit" in out and "short by" in out
+
+
+def test_json_output(capsys) -> None:
+    code, out, _ = run(capsys, "--model", "qwen2.5-7b", "--method", "lora", "--lora-targets",
+                       "all-linear", "--precision", "bf16", "--optimizer", "adamw-8bit",
+                       "--n-gpus", "2", "--zero-stage", "2", "--json", "--gpu", "l4")
+    data = json.loads(out)
+    expected = estimate("qwen2.5-7b", method="lora", lora_targets="all-linear", precision="bf16",
+                        optimizer="adamw-8bit", n_gpus=2, zero_stage=2)
+    assert data["total_bytes"] == expected.total_bytes
+    assert data["breakdown"] == expected.breakdown
+    assert data["gpu"]["fits"] == (code == 0) == expected.fits(data["gpu"]["usable_bytes"])
+
+
+def test_every_option_reaches_the_estimate(capsys) -> None:
+    args = ["--model", "gpt2", "--precision", "fp32", "--optimizer", "lion", "--batch-size", "3",
+            "--seq-len", "256", "--attention", "eager", "--gradient-accumulation", "2",
+            "--n-gpus", "2", "--zero-stage", "3", "--offload-optimizer", "--device", "cpu",
+            "--json"]
+    code, out, _ = run(capsys, *args)
+    data = json.loads(out)
+    expected = estimate("gpt2", precision="fp32", optimizer="lion", batch_size=3, seq_len=256,
+                        attention="eager", gradient_accumulation=2, n_gpus=2, zero_stage=3,
+                        offload_optimizer=True, device="cpu")
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    code, out, _ = run(capsys, "--model", "7B", "--method", "qlora", "--no-double-quant",
+                       "--lora-rank", "64", "--lora-dtype", "bf16", "--lora-targets",
+                       "q_proj, k_proj,v_proj", "--json")
+    data = json.loads(out)
+    expected = estimate("7B", method="qlora", double_quant=False, lora_rank=64, lora_dtype="bf16",
+                        lora_targets=("q_proj", "k_proj", "v_proj"))
+    assert data["total_bytes"] == expected.total_bytes
+
+
+BAD = [
+    (["--model", "lama-2-7b"], "Did you mean 'llama-2-7b'"),
+    (["--model", "7B", "--method", "qlroa"], "Did you mean 'qlora'"),
+    (["--model", "7B", "--precision", "bf8"], "Allowed: fp32"),
+    (["--model", "7B", "--optimizer", "adamw8bit2"], "Unknown optimizer"),
+    (["--model", "7B", "--gpu", "a1000"], "Did you mean 'A100"),
+    (["--model", "7B", "--gpu", "rtx 9090"], "Unknown GPU"),
+    (["--model", "7B", "--batch-size", "0"], "batch_size must be >= 1"),
+    (["--model", "7B", "--batch-size", "-2"], "batch_size must be >= 1"),
+    (["--model", "7B", "--batch-size", "1000000000"], "at most 4,096"),
+    (["--model", "7B", "--batch-size", "four"], "invalid int value"),
+    (["--model", "7B", "--seq-len", "100000000"], "at most 1,048,576"),
+    (["--model", "7B", "--seq-len", "1.5"], "invalid int value"),
+    (["--model", "7B", "--method", "lora", "--lora-rank", "0"], "lora_rank must be >= 1"),
+    (["--model", "7B", "--method", "lora", "--lora-rank", "99999"], "at most"),
+    (["--model", "7B", "--method", "lora", "--lora-targets", "q_prj"], "Did you mean 'q_proj'"),
+    (["--model", "7B", "--zero-stage", "5"], "zero_stage must be one of"),
+    (["--model", "7B", "--n-gpus", "0"], "n_gpus must be >= 1"),
+    (["--model", "7B", "--method", "qlora", "--precision", "fp32"], "makes no sense"),
+    (["--model", "7B", "--offload-optimizer"], "needs ZeRO"),
+    (["--model", "7B", "--device", "tpu"], "Unknown device"),
+    (["--model", "7B", "--attention", "flash3"], "Unknown attention"),
+    (["--model", "0.1"], "Unknown model '0.1'"),
+    (["--batch-size", "2"], "--model"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+def test_bad_input_exits_2_with_a_message(capsys, argv, message) -> None:
+    try:
+        code = main(["vram", *argv])
+    except SystemExit as exit_:  # argparse's own errors (not a number, missing --model)
+        code = exit_.code
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and not out
+
+
+def _subprocess(*argv: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "lessonkit", "vram", *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_python_dash_m_fits_and_does_not_fit() -> None:
+    ok = _subprocess("--model", "qwen2.5-0.5b", "--method", "lora", "--gpu", "t4")
+    assert ok.returncode == 0, ok.stderr
+    assert "it fits" in ok.stdout
+    no = _subprocess("--model", "llama-2-70b", "--gpu", "h100 sxm")
+    assert no.returncode == 1 and "does NOT fit" in no.stdout
+
+
+def test_python_dash_m_bad_input() -> None:
+    bad = _subprocess("--model", "llama-2-7b", "--seq-len", "100000000")
+    assert bad.returncode == 2
+    assert "seq_len" in bad.stderr and "Traceback" not in bad.stderr
