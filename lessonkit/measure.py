@@ -170,7 +170,8 @@ def build_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
         targets = settings.lora_targets
         lora = peft.LoraConfig(r=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
                                lora_dropout=0.0, task_type="CAUSAL_LM",
-                               target_modules=targets if isinstance(targets, str) else list(targets))
+                               target_modules=(targets if isinstance(targets, str)
+                                               else list(targets)))
         with warnings.catch_warnings():  # deprecations inside peft; GPT-2's Conv1D notice
             warnings.simplefilter("ignore", FutureWarning)
             warnings.simplefilter("ignore", UserWarning)
@@ -231,7 +232,8 @@ def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from .memtrack import Tracker, fsdp_buffers_are_temporaries, storage_keys, tensor_bytes
-    from .standins import Parallel, fake_process_group, make_optimizer, state_tensors
+    from .standins import (Parallel, fake_process_group, make_optimizer, off_device_tensors,
+                           quant_state_tensors, state_tensors)
 
     _, compute_dtype = dtypes(settings)
     parallel = Parallel(settings.n_gpus, settings.zero_stage, settings.offload_optimizer)
@@ -259,8 +261,9 @@ def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
 
         ids = torch.randint(0, spec.vocab_size, (settings.batch_size, settings.seq_len),
                             device=device)
-        weights = list(model.parameters()) + list(model.buffers())
+        weights = list(model.parameters()) + list(model.buffers()) + quant_state_tensors(model)
         tracker = Tracker()
+        tracker.ignored = storage_keys(off_device_tensors(optimizer))
         for t in weights:
             tracker.add(t)
         tracker.weight_keys = set(tracker.live)
@@ -406,7 +409,8 @@ def assumptions(spec: ModelSpec, settings: Settings, measured: dict[str, Any]) -
         "lion": "Lion: one momentum buffer, one parameter at a time.",
     }[s.optimizer])
     if real_bnb and s.optimizer.endswith("8bit"):
-        notes[-1] = f"bitsandbytes {'PagedAdamW8bit' if s.optimizer.startswith('paged') else 'AdamW8bit'}."
+        paged = s.optimizer.startswith("paged")
+        notes[-1] = f"bitsandbytes {'PagedAdamW8bit' if paged else 'AdamW8bit'}."
     if s.n_gpus > 1 or s.zero_stage:
         notes.append(_PARALLEL_NOTES[min(s.zero_stage, 3)].format(n=s.n_gpus)
                      + (" The optimizer states and step live in CPU memory (offload)."

@@ -78,6 +78,7 @@ class Tracker(TorchDispatchMode):
         self.events: list[tuple[int, int]] = []  # (change in bytes, index into self.phases)
         self.phases: list[str] = []
         self.weight_keys: set[int] = set()
+        self.ignored: set[int] = set()  # storages that live off the device (not counted)
         self._refs: dict[int, weakref.ref] = {}
 
     # ----- recording ----------------------------------------------------------------------
@@ -92,7 +93,7 @@ class Tracker(TorchDispatchMode):
             return
         storage = tensor.untyped_storage()
         key = storage._cdata
-        if key in self.live:
+        if key in self.live or key in self.ignored:
             return
         nbytes = storage.nbytes()
         if nbytes == 0:
@@ -164,7 +165,7 @@ class Tracker(TorchDispatchMode):
         if func in _COPY_OPS and args and isinstance(args[0], torch.Tensor):
             copy_of_weight = bool(storage_keys([args[0]]) & self.weight_keys)
         for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and not (copy_of_weight and storage_keys([t]) & self.weight_keys):
+            if isinstance(t, torch.Tensor):
                 self.add(t, copy_of_weight=copy_of_weight)
         return out
 
@@ -186,7 +187,8 @@ class Tracker(TorchDispatchMode):
         """Records live just after event number ``event``."""
         return [r for r in self.records if r.born <= event < r.died]
 
-    def composition(self, event: int, groups: dict[str, set[int]], vocab_size: int) -> dict[str, int]:
+    def composition(self, event: int, groups: dict[str, set[int]],
+                    vocab_size: int) -> dict[str, int]:
         """Bytes by category of the storages live just after ``event``.
 
         ``groups`` maps a category to the storage keys it owns at the end of the step (weights,

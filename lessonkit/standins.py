@@ -104,6 +104,31 @@ def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return out + list(getattr(optimizer, "qmaps", {}).values())
 
 
+def off_device_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Optimizer tensors that ``state_tensors`` leaves out (step counters kept on the CPU)."""
+    kept = {id(t) for t in state_tensors(optimizer)}
+    every = [v for state in optimizer.state.values() for v in state.values()
+             if isinstance(v, torch.Tensor)]
+    inner = getattr(optimizer, "inner", None)
+    return [t for t in every if id(t) not in kept] + (
+        off_device_tensors(inner) if inner is not None else [])
+
+
+def quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """The constants bitsandbytes keeps beside each 4-bit weight (absmax, code tables)."""
+    out = []
+    for module in model.modules():
+        state = getattr(getattr(module, "weight", None), "quant_state", None)
+        if state is None:
+            continue
+        nested = getattr(state, "state2", None)
+        for t in (state.absmax, state.code, getattr(state, "offset", None),
+                  getattr(nested, "absmax", None), getattr(nested, "code", None)):
+            if isinstance(t, torch.Tensor):
+                out.append(t)
+    return out
+
+
 class _Dequantized(torch.autograd.Function):
     """y = x @ W.T with W dequantized in forward and again in backward (never saved)."""
 
@@ -271,8 +296,8 @@ class Lion(torch.optim.Optimizer):
 class MasterWeightsAdamW(torch.optim.Optimizer):
     """AdamW on fp32 master copies of bf16 parameters (see the module docstring)."""
 
-    def __init__(self, params: Iterable[torch.Tensor], make_inner: Callable[[list], torch.optim.Optimizer],
-                 lr: float = 1e-4) -> None:
+    def __init__(self, params: Iterable[torch.Tensor],
+                 make_inner: Callable[[list], torch.optim.Optimizer], lr: float = 1e-4) -> None:
         params = list(params)
         super().__init__(params, dict(lr=lr))
         # fp32 parameters (e.g. LoRA adapters kept in fp32) are their own masters.

@@ -138,7 +138,8 @@ def forward_activations(report) -> int:
     """Activations (with logits) at the forward peak: the forward peak minus the weights and
     optimizer states (there are no gradients during the forward)."""
     m = measured(report)
-    return report.phase_peaks["forward"] - m["parameter_bytes"] - m["buffer_bytes"] - m["optimizer_bytes"]
+    persistent = m["parameter_bytes"] + m["buffer_bytes"] + m["optimizer_bytes"]
+    return report.phase_peaks["forward"] - persistent
 
 
 def test_checkpointing_eager_attention_and_batch_size_change_activations():
