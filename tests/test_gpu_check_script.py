@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import io
 import importlib.util
 import json
 import subprocess
@@ -28,15 +30,24 @@ gpu_check = _load_script()
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The script run as a command with --cpu: exit status, output, and both results files."""
+    """The script's main() with --cpu: exit status, output, and both results files."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     out = tmp_path_factory.mktemp("gpu")
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--cpu",
-                           "--no-notebooks", str(out)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return {"stdout": proc.stdout, "json": json.loads((out / "results.json").read_text()),
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        status = gpu_check.main(["--cpu", "--no-notebooks", str(out)])
+    assert status == 0, stdout.getvalue()
+    return {"stdout": stdout.getvalue(), "json": json.loads((out / "results.json").read_text()),
             "md": (out / "results.md").read_text()}
+
+
+def test_script_runs_from_a_checkout_as_a_command() -> None:
+    # -S: no site-packages, so lessonkit is found in the checkout, as on a GPU box without it.
+    proc = subprocess.run([sys.executable, "-S", str(ROOT / "scripts" / "gpu_check.py"), "--help"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT / "scripts")
+    assert proc.returncode == 0, proc.stderr
+    assert "--write-constants" in proc.stdout and "--cpu" in proc.stdout
 
 
 def test_gpu_configurations_cover_the_validation_plan() -> None:
