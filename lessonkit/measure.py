@@ -17,6 +17,12 @@ x (forward with loss, backward), then ``optimizer.step()``. Categories at the pe
   weights) and anything else created inside ``optimizer.step()``;
 - activations: everything else created during forward and backward (saved tensors, inputs);
 - cuda_context, allocator_margin: 0 on CPU.
+
+``report.settings["measured"]`` adds the persistent sizes, whatever the phase of the peak:
+``parameter_bytes`` (parameters only), ``buffer_bytes`` (buffers, e.g. rotary tables and QLoRA's
+packed weights), ``gradient_bytes``, ``optimizer_bytes``, ``trainable_parameters``, the attention
+implementation used, per-micro-batch forward peaks with gradient accumulation, and on a GPU the
+allocator's and driver's figures. Several GPUs are simulated for rank 0 (see standins.Parallel).
 """
 
 from __future__ import annotations
@@ -160,10 +166,15 @@ def build_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
 
     weight_dtype, compute_dtype = dtypes(settings)
     attn = "eager" if settings.attention == "eager" else "sdpa"
-    config = spec.to_hf_config()
     with torch.device(device):
-        model = transformers.AutoModelForCausalLM.from_config(
-            config, attn_implementation=attn, dtype=weight_dtype)
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(
+                spec.to_hf_config(), attn_implementation=attn, dtype=weight_dtype)
+        except ValueError as err:  # e.g. Gemma-2 runs with eager attention only
+            if "attention implementation" not in str(err):
+                raise
+            model = transformers.AutoModelForCausalLM.from_config(
+                spec.to_hf_config(), attn_implementation="eager", dtype=weight_dtype)
     if settings.method != "full":
         import peft
 
@@ -302,6 +313,7 @@ def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
         occurrences, peak_event = tracker.peaks()
         breakdown = tracker.composition(peak_event, groups, spec.vocab_size)
         measured = {
+            "attention_implementation": getattr(model.config, "_attn_implementation", None),
             "parameter_bytes": tensor_bytes(model.parameters()),
             "buffer_bytes": tensor_bytes(model.buffers()),
             "trainable_parameters": sum(p.numel() for p in params),
@@ -415,7 +427,10 @@ def assumptions(spec: ModelSpec, settings: Settings, measured: dict[str, Any]) -
         notes.append(_PARALLEL_NOTES[min(s.zero_stage, 3)].format(n=s.n_gpus)
                      + (" The optimizer states and step live in CPU memory (offload)."
                         if s.offload_optimizer else ""))
-    if s.attention == "flash" and s.device == "cpu":
+    if s.attention != "eager" and measured["attention_implementation"] == "eager":
+        notes.append(f"transformers runs {spec.family} with eager attention only: measured "
+                     f"with eager attention (the attention matrix is kept).")
+    elif s.attention == "flash" and s.device == "cpu":
         notes.append("attention='flash' is measured as PyTorch SDPA on CPU (FlashAttention "
                      "needs a GPU); neither keeps the attention matrix.")
     elif s.attention == "flash":

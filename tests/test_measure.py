@@ -215,6 +215,16 @@ def test_bad_model_and_sequence_length():
         measure(TINY_GPT2, seq_len=129, lora_targets=("c_attn",))
 
 
+def test_a_model_without_sdpa_is_measured_with_eager_attention_and_says_so():
+    gemma2 = ModelSpec(name="tiny-gemma2", family="gemma2", n_layers=1, hidden_size=64,
+                       n_heads=4, n_kv_heads=2, intermediate_size=128, vocab_size=500,
+                       tie_embeddings=True, hidden_act="gelu_pytorch_tanh")
+    r = measure(gemma2, precision="bf16", **SHORT)
+    assert measured(r)["attention_implementation"] == "eager"
+    assert any("eager attention only" in a for a in r.assumptions)
+    assert measured(r)["parameter_bytes"] == gemma2.n_params * 2
+
+
 def test_cuda_without_a_gpu_says_so():
     import torch
 
