@@ -334,9 +334,12 @@ class _Step:
         inter = spec.intermediate_size
         flowing = 2 * p * t * h + c * t * h + 3 * c * t * inter
         recompute = (self.layer_saved + self.layer_copies) if s.gradient_checkpointing else 0
+        # QLoRA dequantizes one layer's weight at a time into a 16-bit temporary
+        dequantized = (c * max(a * b for a, b in spec.linear_shapes().values())
+                       if ctx.qlora else 0)
         bw_layer = dict(static, gradients=grads_fw + self.head_grads,
                         activations=self.inputs + self.fw_layers + recompute + flowing,
-                        temporaries=self.gather)
+                        temporaries=self.gather + dequantized)
         # end: every gradient; tied embeddings add the embedding's gradient to lm_head's
         tied = 2 * p * v * h if ctx.full and spec.tie_embeddings else 0
         bw_end = dict(static, gradients=self.gradients,
