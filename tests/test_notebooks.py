@@ -1,0 +1,219 @@
+"""The course notebooks: committed clean, and run top to bottom by nbval and by papermill.
+
+nbval (``--nbval-lax``) compares only the cells marked ``# NBVAL_CHECK_OUTPUT``: those print the
+numbers the course teaches, so a change to lessonkit that moves one fails here until the notebook
+is refreshed on purpose (``python tools/strip_notebooks.py --execute``, then review the diff).
+papermill runs every notebook with two more parameter sets and fails on any error output.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import lessonkit
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIR = ROOT / "notebooks"
+SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"
+sys.path.insert(0, str(ROOT / "tools"))
+import strip_notebooks  # noqa: E402
+
+NAMES = (
+    "01_vram_equation.ipynb",
+    "02_gpu_selection_matrix.ipynb",
+    "03_choosing_your_environment.ipynb",
+    "04_hardware_decision_flow.ipynb",
+    "05_checking_your_environment.ipynb",
+    "06_summary_and_reflection.ipynb",
+)
+REPO = "github.com/gpu-survival-guide/gpu-survival-guide"
+# Two parameter sets per notebook, away from the defaults nbval runs with. The second set also
+# runs the explorers in static mode (PNG only), as nbconvert or GitHub's viewer would see them.
+PARAMETER_SETS = {
+    "01_vram_equation.ipynb": [
+        {"MODEL": "llama-3.1-8b", "METHOD": "lora", "BATCH_SIZE": 4, "SEQ_LEN": 1024},
+        {"MODEL": "70B", "METHOD": "qlora", "BATCH_SIZE": 64, "SEQ_LEN": 32768,
+         "SMALL_MODEL": "qwen2.5-0.5b"},
+    ],
+    "02_gpu_selection_matrix.ipynb": [
+        {"MODEL": "13B", "METHOD": "qlora", "BATCH_SIZE": 8, "SEQ_LEN": 1024, "GPU": "RTX 4090"},
+        {"MODEL": "llama-3.1-70b", "METHOD": "full", "BATCH_SIZE": 1, "SEQ_LEN": 2048, "GPU": "H100"},
+    ],
+    "03_choosing_your_environment.ipynb": [
+        {"MODEL": "13B", "METHOD": "qlora", "TOKENS": 100_000_000},
+        {"MODEL": "llama-3.1-70b", "METHOD": "full", "TOKENS": 1_000_000},
+    ],
+    "04_hardware_decision_flow.ipynb": [
+        {"MODEL_SIZE": "70B", "BUDGET": "high"},
+        {"MODEL_SIZE": "13B", "BUDGET": "low"},
+    ],
+    "05_checking_your_environment.ipynb": [
+        {"MODEL": "70B", "SMOKE_TEST": False},
+        {"MODEL": "qwen2.5-0.5b"},
+    ],
+    "06_summary_and_reflection.ipynb": [
+        {"MODEL": "llama-3.1-8b", "CONSUMER_GPU": "RTX 3090", "SMALL_GPU": "V100 16GB"},
+        {"MODEL": "13B", "CONSUMER_GPU": "RTX 5090", "SMALL_GPU": "L4"},
+    ],
+}
+INLINE = "module://matplotlib_inline.backend_inline"
+
+
+def read(name: str) -> nbformat.NotebookNode:
+    return nbformat.read(NOTEBOOK_DIR / name, as_version=4)
+
+
+def code_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def parameters_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1, f"expected one cell tagged 'parameters', found {len(cells)}"
+    return cells[0]
+
+
+def parameter_names(nb: nbformat.NotebookNode) -> set[str]:
+    tree = ast.parse(parameters_cell(nb).source)
+    names = set()
+    for node in tree.body:
+        assert isinstance(node, ast.Assign), f"parameters cell: only assignments, got {ast.dump(node)[:60]}"
+        names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+# ----- the committed files ------------------------------------------------------------------
+def test_the_six_notebooks_and_nothing_else() -> None:
+    assert sorted(p.name for p in NOTEBOOK_DIR.glob("*.ipynb")) == list(NAMES)
+    assert set(PARAMETER_SETS) == set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_without_stray_outputs_or_widget_state(name: str) -> None:
+    nb = read(name)
+    assert strip_notebooks.problems(nb) == []
+    text = (NOTEBOOK_DIR / name).read_text(encoding="utf-8")
+    assert nbformat.writes(strip_notebooks.strip(nb)) + "\n" == text, (
+        f"{name} is not stripped: run python tools/strip_notebooks.py")
+    assert "application/vnd.jupyter.widget-state+json" not in text
+    assert "application/vnd.jupyter.widget-view+json" not in text
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_taught_numbers_are_output_checked(name: str) -> None:
+    checked = [c for c in code_cells(read(name)) if strip_notebooks.is_checked(c)]
+    assert checked, f"{name} has no '# NBVAL_CHECK_OUTPUT' cell"
+    for cell in checked:
+        assert cell.outputs and cell.execution_count, (
+            f"checked cell without a stored output (nbval would not compare it):\n{cell.source[:200]}")
+    shown = "".join(o.get("text", "") for cell in checked for o in cell.outputs)
+    assert re.search(r"\d+(\.\d+)? (GB|GiB)", shown), f"{name} checks no memory figure"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_opens_with_badges_and_an_install_cell(name: str) -> None:
+    nb = read(name)
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("# ")
+    assert f"colab.research.google.com/github/gpu-survival-guide/gpu-survival-guide/blob/main/notebooks/{name}" in first.source
+    assert f"kaggle.com/kernels/welcome?src=https://{REPO}/blob/main/notebooks/{name}" in first.source
+    install = code_cells(nb)[0].source
+    assert re.search(r"try:\s*\n\s*import lessonkit\s*\nexcept ImportError:", install), install
+    pip_lines = [line for line in install.splitlines() if "pip install" in line]
+    assert len(pip_lines) == 1 and pip_lines[0].strip().startswith("%pip install")
+    assert f"git+https://{REPO}" in pip_lines[0]
+    # Colab and Kaggle ship their own torch, numpy and matplotlib: never re-pin or upgrade them.
+    assert not re.search(r"torch|numpy|matplotlib|--upgrade|\s-U\s", pip_lines[0]), pip_lines[0]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_parameters_cell_and_parameter_sets(name: str) -> None:
+    nb = read(name)
+    names = parameter_names(nb)
+    assert names and all(n.isupper() for n in names), names
+    cell = parameters_cell(nb)
+    assert nb.cells.index(cell) < nb.cells.index(code_cells(nb)[2]), "parameters come early"
+    for params in PARAMETER_SETS[name]:
+        assert set(params) <= names, f"unknown parameters {set(params) - names}"
+
+
+# ----- running them -------------------------------------------------------------------------
+def kernel_env(static: bool = False) -> dict[str, str]:
+    """The kernel's environment: matplotlib's inline backend, as in Jupyter; explorers live or static."""
+    env = dict(os.environ, MPLBACKEND=INLINE)
+    env.pop("LESSONKIT_STATIC", None)
+    if static:
+        env["LESSONKIT_STATIC"] = "1"
+    return env
+
+
+def run_nbval(paths: list[Path], timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+         "--nbval-current-env", f"--nbval-sanitize-with={SANITIZE}", "--nbval-cell-timeout=300",
+         *map(str, paths)],
+        cwd=ROOT, env=kernel_env(), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("name", NAMES)
+def test_nbval(name: str) -> None:
+    result = run_nbval([NOTEBOOK_DIR / name])
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert re.search(r"\d+ passed", result.stdout)
+
+
+@pytest.mark.notebooks
+def test_nbval_catches_a_moved_number(tmp_path: Path) -> None:
+    """The harness really compares: a stored number that lessonkit no longer prints fails."""
+    cell = nbformat.v4.new_code_cell(
+        "# NBVAL_CHECK_OUTPUT\nimport lessonkit as lk\n"
+        "print(f\"{lk.resolve_model('7B').n_params:,}\")")
+    right = f"{lessonkit.resolve_model('7B').n_params:,}\n"
+    for label, stored in (("right", right), ("moved", right.replace("6", "5", 1))):
+        nb = nbformat.v4.new_notebook(cells=[cell.copy()])
+        nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=stored)]
+        nb.cells[0].execution_count = 1
+        nb.cells.append(nbformat.v4.new_code_cell(
+            "# NBVAL_CHECK_OUTPUT\nfrom matplotlib.figure import Figure\nFigure(figsize=(3, 2))",
+            outputs=[nbformat.v4.new_output("execute_result", data={
+                "text/plain": "<Figure size 640x480 with 0 Axes>"}, execution_count=2)],
+            execution_count=2))
+        nbformat.write(nb, tmp_path / f"{label}.ipynb")
+    result = run_nbval([tmp_path / "right.ipynb", tmp_path / "moved.ipynb"])
+    assert re.search(r"\b1 failed, 3 passed\b", result.stdout), result.stdout[-3000:]
+    assert "moved.ipynb::Cell 0" in result.stdout
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("name,index", [(n, i) for n in NAMES for i in range(2)],
+                         ids=[f"{n[:2]}-set{i + 1}" for n in NAMES for i in range(2)])
+def test_papermill(name: str, index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import papermill
+
+    params = PARAMETER_SETS[name][index]
+    for key, value in kernel_env(static=index == 1).items():
+        monkeypatch.setenv(key, value)
+    if index == 0:
+        monkeypatch.delenv("LESSONKIT_STATIC", raising=False)
+    out = tmp_path / name
+    papermill.execute_notebook(str(NOTEBOOK_DIR / name), str(out), parameters=params,
+                               kernel_name="python3", cwd=str(NOTEBOOK_DIR), progress_bar=False,
+                               log_output=False, execution_timeout=300)
+    nb = nbformat.read(out, as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and all(k in injected[0].source for k in params)
+    assert not [o for c in code_cells(nb) for o in c.outputs if o.output_type == "error"]
+    # The parameters reached the taught numbers: the checked cells name the chosen model.
+    shown = "".join(o.get("text", "") for c in code_cells(nb) if strip_notebooks.is_checked(c)
+                    for o in c.outputs)
+    model = lessonkit.resolve_model(params.get("MODEL", params.get("MODEL_SIZE")))
+    assert model.name in shown
