@@ -213,7 +213,7 @@ class _Step:
                 return (math.ceil(shape[0] / n),) + shape[1:]
             return (math.ceil(math.prod(shape) / n),)
 
-        # (shape, dtype bytes, count) of every parameter tensor; trainable ones apart
+        # weights on this GPU, and (shape, count) of the trainable tensors
         weights = _buffer_bytes(spec)
         trainable: list[tuple[tuple[int, ...], int]] = []
         for kind, shape in _layer_tensors(spec):
@@ -304,15 +304,16 @@ class _Step:
         self.head_copies = head.weight_copies
         self.logsoftmax = 4 * t * v
         self.inputs = 8 * t  # input_ids (the labels are the same tensor)
-        if ckpt:  # each layer keeps its input; autocast still caches trained weights' copies
+        copies = self.first_copies + (spec.n_layers - 1) * self.layer_copies
+        if ckpt:
+            # each layer keeps only its input; autocast still caches the copies of trained
+            # weights until the forward ends, and nothing is saved for backward
             self.fw_layers = spec.n_layers * p * t * h + self.rope
-            self.fw_copies = (self.first_copies + (spec.n_layers - 1) * self.layer_copies
-                              if full else 0)
+            self.fw_copies, self.bw_copies = (copies if full else 0), 0
         else:
-            self.fw_layers = (self.first_saved + self.first_copies
-                              + (spec.n_layers - 1) * (self.layer_saved + self.layer_copies)
+            self.fw_layers = (self.first_saved + (spec.n_layers - 1) * self.layer_saved
                               + self.rope)
-            self.fw_copies = 0
+            self.fw_copies = self.bw_copies = copies  # saved until each layer's backward
 
     def phases(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
         spec, s, ctx = self.spec, self.s, self.ctx
@@ -328,7 +329,7 @@ class _Step:
         bw_start = dict(static, gradients=grads_fw,
                         activations=self.inputs + self.fw_layers + self.head_saved,
                         logits=self.logsoftmax + 8 * t * v,
-                        temporaries=self.head_copies + self.gather)
+                        temporaries=self.head_copies + self.bw_copies + self.gather)
         # backward of the last layer: every activation still saved (with checkpointing, that
         # layer's recomputed ones too), the head's gradients, and the gradients flowing back
         inter = spec.intermediate_size
@@ -339,7 +340,7 @@ class _Step:
                        if ctx.qlora else 0)
         bw_layer = dict(static, gradients=grads_fw + self.head_grads,
                         activations=self.inputs + self.fw_layers + recompute + flowing,
-                        temporaries=self.gather + dequantized)
+                        temporaries=self.bw_copies + self.gather + dequantized)
         # end: every gradient; tied embeddings add the embedding's gradient to lm_head's
         tied = 2 * p * v * h if ctx.full and spec.tie_embeddings else 0
         bw_end = dict(static, gradients=self.gradients,
