@@ -6,9 +6,7 @@ that need them.
 
 from __future__ import annotations
 
-import sys
 from importlib import import_module
-from types import ModuleType
 from typing import Any
 
 __version__ = "0.1.0"
@@ -20,11 +18,11 @@ _EXPORTS = {
     "MemoryReport": "report",
     "LessonkitError": "errors",
     "estimate": "vram",
-    "measure": "measure",
+    "measure": "measuring",
     "check_gpu_health": "health",
     "get_gpu": "gpus", "list_gpus": "gpus",
     "get_environment": "environments", "list_environments": "environments",
-    "recommend": "recommend",
+    "recommend": "recommender",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -42,14 +40,3 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return __all__
 
-
-class _Package(ModuleType):
-    # Importing lessonkit.recommend (or .measure) makes Python set the package attribute of that
-    # name to the submodule; keep it the public function of the same name instead.
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, ModuleType) and _EXPORTS.get(name) == name:
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -175,7 +175,7 @@ def add_recommend_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_recommend(args: argparse.Namespace) -> int:
-    from .recommend import recommend
+    from .recommender import recommend
 
     rec = recommend(args.model, method=args.method, budget=args.budget, platform=args.platform,
                     tokens=args.tokens, mfu=args.mfu)

@@ -230,7 +230,7 @@ def _check(model: Any, smoke_test: bool) -> HealthReport:
                        "Please report this with the output of `python -m torch.utils.collect_env`.")
     report.status = _status(report)
     try:
-        from .recommend import health_verdict
+        from .recommender import health_verdict
 
         report.verdict = health_verdict(report, model)
     except Exception as err:

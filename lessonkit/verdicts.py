@@ -64,7 +64,7 @@ def device_lines(spec: ModelSpec, devices: list[Any]) -> list[str]:
 def no_gpu_lines(spec: ModelSpec) -> list[str]:
     """Without a usable GPU: the free T4s, and the cheapest rented setup per method."""
     from .environments import get_environment
-    from .recommend import recommend
+    from .recommender import recommend
 
     t4 = get_gpu("T4")
     lines = [f"Here: no usable GPU, so no fine-tuning of {spec.name} (CPU training of an LLM "

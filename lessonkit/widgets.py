@@ -434,7 +434,7 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
     Each environment shows the cheapest GPU setup that ``lessonkit.recommend`` finds for it;
     ``tokens`` is the number of training tokens (examples x tokens per example x epochs).
     """
-    from .recommend import recommend
+    from .recommender import recommend
 
     names = ["model", "method", "batch_size", "seq_len", "tokens"]
     values = {"model": model, "method": method, "tokens": tokens, "batch_size": batch_size,

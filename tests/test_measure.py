@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from lessonkit.errors import LessonkitError  # noqa: E402
-from lessonkit.measure import measure, run_step, validate  # noqa: E402
+from lessonkit.measuring import measure, run_step, validate  # noqa: E402
 from lessonkit.models import ModelSpec  # noqa: E402
 
 TINY = ModelSpec(name="tiny-llama", family="llama", n_layers=2, hidden_size=128, n_heads=4,

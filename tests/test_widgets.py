@@ -219,7 +219,7 @@ def test_gpu_matrix_explorer_every_control():
 
 def test_environment_explorer_shows_each_environments_cheapest_fitting_setup():
     from lessonkit.environments import list_environments
-    from lessonkit.recommend import recommend
+    from lessonkit.recommender import recommend
 
     explorer = widgets.environment_explorer()
     for name, widget in explorer.controls.items():
