@@ -40,7 +40,12 @@ def _text_only(outputs: list) -> list:
     kept = []
     for out in outputs:
         if out.output_type == "stream" and out.name == "stdout":
-            kept.append(out)
+            # The kernel splits printed text into chunks at random: store it as one output.
+            if kept and kept[-1].output_type == "stream":
+                kept[-1] = copy.deepcopy(kept[-1])
+                kept[-1].text += out.text
+            else:
+                kept.append(out)
         elif out.output_type == "execute_result" and TEXT_MIME in out.get("data", {}):
             out = copy.deepcopy(out)
             out.data = {TEXT_MIME: out.data[TEXT_MIME]}
