@@ -5,13 +5,16 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The torch build used for development and CI; the package itself accepts a range.
 TORCH_SPEC ?= torch==2.13.0
+# Where to get it: empty means pip's default index. On Linux without a GPU, the CPU-only build
+# is far smaller: make test TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+TORCH_INDEX_URL ?=
 
 .PHONY: course test test-fast browser-deps gpu-check clean
 
 $(VENV)/.installed-course: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[course,measure]"
 	touch $@
 

@@ -12,6 +12,7 @@ browser downloads are not used.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Iterator
@@ -31,6 +32,9 @@ VIEWPORT = {"width": 1400, "height": 1000}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lab.LabServer]:
     if not Path(lab.CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"no Chromium at {lab.CHROMIUM}: CI must run the browser test "
+                        "('make browser-deps' installs it)")
         pytest.skip(f"no Chromium at {lab.CHROMIUM}: run 'make browser-deps' "
                     "(or apt-get install chromium)")
     home = tmp_path_factory.mktemp("jupyterlab")
