@@ -23,11 +23,17 @@ def test_import_is_light():
     assert float(seconds) < 0.2
 
 
-def test_public_names_resolve_lazily():
-    import lessonkit
-
-    for name in lessonkit.__all__:
-        assert getattr(lessonkit, name) is not None
+def test_public_names_resolve_to_what_their_modules_define():
+    code = (
+        "import importlib, types, lessonkit\n"
+        "for name, module in lessonkit._EXPORTS.items():\n"
+        "    value = getattr(lessonkit, name)\n"
+        "    assert not isinstance(value, types.ModuleType), name\n"
+        "    assert value is getattr(importlib.import_module('lessonkit.' + module), name), name\n"
+        "import lessonkit.measuring, lessonkit.recommender\n"
+        "assert callable(lessonkit.measure) and callable(lessonkit.recommend)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def _pyproject() -> dict:
