@@ -79,12 +79,18 @@ class Fit:
         return text
 
 
+def usual_precision(method: str, native_bf16: bool = True) -> str:
+    """The precision a method is usually run in: full fine-tuning keeps fp32 weights under
+    bf16 autocast (fp16 without native bf16); LoRA and QLoRA load the base model in bf16."""
+    if method == "full":
+        return "bf16-mixed" if native_bf16 else "fp16-mixed"
+    return "bf16"
+
+
 def method_settings(method: str, native_bf16: bool = True) -> dict[str, Any]:
     """The estimate() keywords used for a method (see the module docstring)."""
-    if method == "full":
-        return {"method": "full", "precision": "bf16-mixed" if native_bf16 else "fp16-mixed",
-                "optimizer": "adamw"}
-    return {"method": method, "precision": "bf16", "optimizer": "adamw"}
+    return {"method": method, "precision": usual_precision(method, native_bf16),
+            "optimizer": "adamw"}
 
 
 def method_label(method: str, native_bf16: bool = True) -> str:
@@ -178,10 +184,10 @@ def smallest_setups(spec: ModelSpec, method: str, *, batch_size: int = DEFAULT_B
     return out
 
 
-def needs_text(spec: ModelSpec, method: str) -> str:
+def needs_text(spec: ModelSpec, method: str, seq_len: int = DEFAULT_SEQ) -> str:
     """E.g. 'full fine-tuning needs 132.3 GiB: 1 x H200, or 2 x A100 80GB with ZeRO-3'."""
-    setups = smallest_setups(spec, method)
-    one = _estimate(spec, method, True, 1, 0, 1, DEFAULT_SEQ, True)
+    setups = smallest_setups(spec, method, seq_len=seq_len)
+    one = _estimate(spec, method, True, 1, 0, 1, seq_len, True)
     parts = []
     if setups["single"]:
         gpu, fit = setups["single"]
@@ -195,6 +201,7 @@ def needs_text(spec: ModelSpec, method: str) -> str:
     label = METHOD_WORDS[method]
     if not parts:
         return (f"{label} of {spec.name} fits no GPU setup up to 1024 GPUs "
-                f"(one GPU would need {one.total_bytes / GiB:,.1f} GiB at batch 1 with checkpointing)")
-    return (f"{label} needs {one.total_bytes / GiB:,.1f} GiB on one GPU (batch 1 x {DEFAULT_SEQ} "
+                f"(one GPU would need {one.total_bytes / GiB:,.1f} GiB at batch 1 x {seq_len} with "
+                f"checkpointing)")
+    return (f"{label} needs {one.total_bytes / GiB:,.1f} GiB on one GPU (batch 1 x {seq_len} "
             f"with checkpointing): {' or '.join(parts)}")

@@ -7,8 +7,11 @@ peak memory from ``estimate``, headroom, price, time and cost, and why.
 
 ``budget``: dollars per hour for the whole setup (a number, or '$2/h'), or a word: 'free'
 (free tiers only), 'low' (at most $2 per hour, the guide's '~$1.50/hour A100'), 'high' (no
-limit, and buying a workstation is considered). ``platform``: an environment ('colab', 'lambda',
-'local', ...) or a tier ('hobbyist', 'engineer', 'enterprise', 'own hardware', or 1-3).
+limit). Buying a workstation is considered with no budget or 'high' (its price spread over its
+working hours, plus power), not under a cap per hour. ``platform``: an environment ('colab',
+'lambda', 'local', ...) or a tier ('hobbyist', 'engineer', 'enterprise', 'own hardware', or 1-3).
+Each environment without an option says why in ``Recommendation.left_out``: memory, budget,
+buying hardware, availability or platform.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ class Recommendation:
     mfu: float
     options: list[Option] = field(default_factory=list)
     rejected: dict[str, int] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)  # environment key -> why
     needs: list[str] = field(default_factory=list)
     guide: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
@@ -99,6 +103,7 @@ class Recommendation:
                 "budget_per_hour": None if self.budget in (None, math.inf) else self.budget,
                 "platform": self.platform, "tokens": self.tokens, "mfu": self.mfu,
                 "options": [o.to_dict() for o in self.options], "rejected": dict(self.rejected),
+                "left_out": dict(self.left_out),
                 "needs": list(self.needs), "guide": list(self.guide),
                 "assumptions": list(self.assumptions)}
 
@@ -136,6 +141,9 @@ class Recommendation:
             text.append("Nothing in the catalog fits these constraints.")
         if self.rejected:
             text.append("Left out: " + ", ".join(f"{n} {why}" for why, n in self.rejected.items()))
+        names = {e.key: e.name for e in list_environments()}
+        text += [f"Not here: {names[key]}: {why}" for key, why in self.left_out.items()
+                 if why != NOT_ON_PLATFORM]
         text += [f"Needs: {n}" for n in self.needs]
         text += [f"The guide: {g}" for g in self.guide]
         text += [f"Assumption: {a}" for a in self.assumptions]
@@ -187,8 +195,8 @@ def parse_tokens(tokens: Any) -> float | None:
     return positive_number(value, "tokens", maximum=MAX_TOKENS)
 
 
-def select_environments(platform: Any, budget: float | None) -> list[Environment]:
-    """The environments a platform (name, tier or None) and budget allow."""
+def platform_environments(platform: Any) -> tuple[list[Environment], bool]:
+    """The environments a platform (name, tier or None) stands for, and whether one was named."""
     envs = list_environments()
     if platform is None:
         chosen = envs
@@ -204,10 +212,21 @@ def select_environments(platform: Any, budget: float | None) -> list[Environment
         same = group and normalise_name(platform) in {normalise_name(group),
                                                        normalise_name(env.detect.get("platform_name", ""))}
         chosen = [e for e in envs if e.detect.get("platform") == group] if same else [env]
-        return chosen  # asked for by name: bought hardware included
-    if budget != math.inf:
-        chosen = [e for e in chosen if e.tier != 0]  # buying a workstation is for a high budget
-    return chosen
+        return chosen, True
+    return chosen, False
+
+
+def buying_considered(budget: float | None, named: bool = False) -> bool:
+    """Bought hardware is compared with no budget, budget 'high', or when asked for by name;
+    a cap per hour is a renting budget (a purchase is paid up front)."""
+    return named or budget is None or budget == math.inf
+
+
+def select_environments(platform: Any, budget: float | None) -> list[Environment]:
+    """The environments a platform (name, tier or None) and budget allow."""
+    chosen, named = platform_environments(platform)
+    buying = buying_considered(budget, named)
+    return [e for e in chosen if e.tier != 0 or buying]
 
 
 # ----- the recommender -----------------------------------------------------------------------
@@ -224,32 +243,76 @@ def recommend(model: Any, method: str | None = None, budget: Any = None, platfor
     cap = parse_budget(budget)
     n_tokens = parse_tokens(tokens)
     mfu = positive_number(mfu, "mfu (model-FLOPs utilisation)", maximum=1.0)
-    envs = select_environments(platform, cap)
+    envs, named = platform_environments(platform)
+    buying = buying_considered(cap, named)
     rec = Recommendation(spec, None if method is None else methods[0], cap,
                          None if platform is None else str(platform), n_tokens, mfu,
                          assumptions=list(ASSUMPTIONS))
-    for env in envs:
+
+    def count(why: str) -> None:
+        rec.rejected[why] = rec.rejected.get(why, 0) + 1
+
+    allowed = {e.key for e in envs}
+    for env in list_environments():
+        if env.key not in allowed:
+            rec.left_out[env.key] = NOT_ON_PLATFORM
+            continue
+        fitting, broken = [], []
         for offer in env.offers:
             if offer.broken:
-                rec.rejected["broken"] = rec.rejected.get("broken", 0) + 1
+                count("broken")
+                broken.append(offer)
                 continue
             for m in methods:
                 option = _option(spec, env, offer, m, batch_size, seq_len, n_tokens, mfu)
                 if option is None:
-                    rec.rejected["do not fit"] = rec.rejected.get("do not fit", 0) + 1
-                elif cap is not None and option.price_per_hour > cap + 1e-9:
-                    rec.rejected["over budget"] = rec.rejected.get("over budget", 0) + 1
+                    count("do not fit")
                 else:
-                    rec.options.append(option)
+                    fitting.append(option)
+        kept = []
+        for option in fitting:
+            if env.tier == 0 and not buying:
+                count("need buying hardware")
+            elif cap is not None and option.price_per_hour > cap + 1e-9:
+                count("over budget")
+            else:
+                kept.append(option)
+        rec.options += kept
+        if not kept:
+            rec.left_out[env.key] = left_out_reason(env, fitting, broken, cap, buying)
     # Cheapest = least money for the same work: the run's cost, or dollars per million tokens.
     rec.options.sort(key=lambda o: (o.cost_usd if o.cost_usd is not None else o.usd_per_million_tokens,
                                     o.price_per_hour, -o.headroom_bytes))
     found = {o.method for o in rec.options}
-    rec.needs = [needs_text(spec, m) for m in methods if m not in found or spec.n_params > 3e10]
+    rec.needs = [needs_text(spec, m, seq_len) for m in methods
+                 if m not in found or spec.n_params > 3e10]
     from .verdicts import guide_notes
 
     rec.guide = guide_notes(spec, rec)
     return rec
+
+
+NOT_ON_PLATFORM = "not on the platform asked for"
+
+
+def left_out_reason(env: Environment, fitting: list[Option], broken: list[Any],
+                    cap: float | None, buying: bool) -> str:
+    """Why an environment offers nothing for the run: the first true reason of memory, buying
+    hardware, budget and availability (a setup that does not fit is never a budget question)."""
+    if not fitting:
+        if broken and len(broken) == len(env.offers):
+            return "none of the GPUs it offers is usable: " + "; ".join(
+                f"{o.gpu.name}: {o.note}" if o.note else o.gpu.name for o in broken)
+        why = "no GPU setup it offers has enough memory for this run"
+        return why + (f" ({', '.join(o.gpu.name for o in broken)} not usable)" if broken else "")
+    cheapest = min(fitting, key=lambda o: o.price_per_hour)
+    if env.tier == 0 and not buying:
+        low = cheapest.purchase_usd[0] * cheapest.count if cheapest.purchase_usd else 0.0
+        return (f"buying a card is not compared under a budget per hour (${cap:.2f}/h): "
+                f"{cheapest.setup} would fit, from ${low:,.0f}; budget='high' or no budget "
+                f"compares it")
+    return (f"over budget: the cheapest setup that fits ({cheapest.setup}) costs "
+            f"${cheapest.price_per_hour:.2f}/h, the budget is ${cap:.2f}/h")
 
 
 def _option(spec: ModelSpec, env: Environment, offer: Any, method: str, batch: int, seq: int,

@@ -73,7 +73,7 @@ def no_gpu_lines(spec: ModelSpec) -> list[str]:
     if 2 in get_environment("kaggle").offer("T4").counts:
         lines.append("Free Kaggle (GPU T4 x2): "
                      + fit_sentence(spec, t4.label, t4.usable_bytes, 2, False))
-    paid = [o for o in recommend(spec).options if o.price_per_hour > 0]
+    paid = [o for o in recommend(spec).options if o.price_per_hour > 0 and not o.purchase_usd]
     for method in ORDER:
         options = [o for o in paid if o.method == method]
         if not options:
@@ -123,38 +123,58 @@ def full_on_one_a100(spec: ModelSpec) -> str:
             + (f"; it fits with {', or '.join(fixes)}." if plain > usable and fixes else "."))
 
 
-def guide_notes(spec: ModelSpec, rec: Any) -> list[str]:
-    """The guide's matrix and decision flow next to the numbers, for 7B/8B, 13B and 70B models."""
+# The guide's claim at each end of its decision flow (node ids as in charts.FLOW_NODES).
+FLOW_CLAIMS = {
+    "colab_lambda": "Flow '7B/8B, low budget -> Google Colab (A100) or Lambda Labs': ",
+    "rtx4090": ("Flow '7B/8B, high budget -> local RTX 4090 workstation' and matrix "
+                "'RTX 4090: SFT of 7B/8B using LoRA': "),
+    "cluster": "Flow '70B -> multi-GPU cluster (8x A100s)' ",
+}
+
+
+def flow_notes(spec: ModelSpec) -> dict[str, str]:
+    """The guide's decision flow checked for this model: end node -> verdict ('agrees for LoRA:
+    ...'), to follow FLOW_CLAIMS[end]; empty for sizes the flow has no branch for."""
     n = spec.n_params
-    notes: list[str] = []
-    a100, rtx4090, a6000 = get_gpu("A100 80GB"), get_gpu("RTX 4090"), get_gpu("RTX A6000")
+    notes: dict[str, str] = {}
     if 5e9 <= n <= 9.5e9:
         colab_a100 = get_gpu("A100 40GB")
         lora_ok, lora = _fit_words(spec, "lora", colab_a100)
         _, full = _fit_words(spec, "full", colab_a100)
         t4_ok, t4 = _fit_words(spec, "qlora", get_gpu("T4"))
-        notes.append(f"Flow '7B/8B, low budget -> Google Colab (A100) or Lambda Labs': "
-                     f"{'agrees for LoRA' if lora_ok else 'disagrees'}: {lora}; {full}. "
-                     + (f"Cheaper still: {t4} (free on Colab and Kaggle)." if t4_ok else ""))
-        ok, words = _fit_words(spec, "lora", rtx4090)
-        _, full4090 = _fit_words(spec, "full", rtx4090)
-        notes.append(f"Flow '7B/8B, high budget -> local RTX 4090 workstation' and matrix "
-                     f"'RTX 4090: SFT of 7B/8B using LoRA': {'agrees' if ok else 'disagrees'}: "
-                     f"{words}; {full4090}.")
-        notes.append(full_on_one_a100(spec))
+        notes["colab_lambda"] = (
+            f"{'agrees for LoRA' if lora_ok else 'disagrees'}: {lora}; {full}. "
+            + (f"Cheaper still: {t4} (free on Colab and Kaggle)." if t4_ok else ""))
+        ok, words = _fit_words(spec, "lora", get_gpu("RTX 4090"))
+        _, full4090 = _fit_words(spec, "full", get_gpu("RTX 4090"))
+        notes["rtx4090"] = f"{'agrees' if ok else 'disagrees'}: {words}; {full4090}."
+    elif 60e9 <= n <= 80e9:
+        a100 = get_gpu("A100 80GB")
+        lora_ok, lora = _fit_words(spec, "lora", a100, 8)
+        full_ok, full = _fit_words(spec, "full", a100, 8)
+        agree = {(True, True): "agrees", (True, False): "agrees for LoRA, not for full fine-tuning",
+                 (False, True): "agrees for full fine-tuning only", (False, False): "disagrees"}
+        notes["cluster"] = (f"{agree[(lora_ok, full_ok)]}: {lora}; {full}"
+                            + ("" if full_ok else f"; {needs_text(spec, 'full')}") + ".")
+    return notes
+
+
+def guide_notes(spec: ModelSpec, rec: Any) -> list[str]:
+    """The guide's matrix and decision flow next to the numbers, for 7B/8B, 13B and 70B models."""
+    n = spec.n_params
+    flow = {end: FLOW_CLAIMS[end] + verdict for end, verdict in flow_notes(spec).items()}
+    notes: list[str] = []
+    if 5e9 <= n <= 9.5e9:
+        notes += [flow["colab_lambda"], flow["rtx4090"], full_on_one_a100(spec)]
     elif 11e9 <= n <= 15e9:
+        a6000 = get_gpu("RTX A6000")
         ok, words = _fit_words(spec, "lora", a6000)
         _, full = _fit_words(spec, "full", a6000)
         notes.append(f"Matrix 'RTX A6000 48GB: SFT of 13B models': {'agrees for LoRA' if ok else 'disagrees'}: "
                      f"{words}; {full}.")
     elif 60e9 <= n <= 80e9:
-        lora_ok, lora = _fit_words(spec, "lora", a100, 8)
-        full_ok, full = _fit_words(spec, "full", a100, 8)
-        q_ok, qlora = _fit_words(spec, "qlora", a100)
-        agree = {(True, True): "agrees", (True, False): "agrees for LoRA, not for full fine-tuning",
-                 (False, True): "agrees for full fine-tuning only", (False, False): "disagrees"}
-        notes.append(f"Flow '70B -> multi-GPU cluster (8x A100s)' {agree[(lora_ok, full_ok)]}: "
-                     f"{lora}; {full}" + ("" if full_ok else f"; {needs_text(spec, 'full')}") + ".")
+        q_ok, qlora = _fit_words(spec, "qlora", get_gpu("A100 80GB"))
+        notes.append(flow["cluster"])
         notes.append(f"Matrix 'A100 80GB: fine-tuning 70B models': "
                      f"{'true for QLoRA only' if q_ok else 'disagrees'}: {qlora}.")
     return notes

@@ -33,11 +33,13 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 import os
 from typing import Any, Callable
 
 from . import charts
 from .errors import LessonkitError
+from .fitting import method_label, usual_precision
 from .options import METHODS, OPTIMIZERS, PRECISIONS, ZERO_STAGES
 from .units import GB, GiB
 
@@ -93,7 +95,8 @@ def _explorer_class() -> Any:
 
         def __init__(self, kind: str, controls: dict[str, Any], update: Callable[[Any], str],
                      figure: Any, layout_rows: list[list[str]],
-                     static_key: Callable[[], Any] | None = None, **attributes: Any) -> None:
+                     static_key: Callable[[], Any] | None = None,
+                     link: Callable[[Any], None] | None = None, **attributes: Any) -> None:
             for key, value in attributes.items():
                 setattr(self, key, value)
             self.controls = controls
@@ -108,6 +111,8 @@ def _explorer_class() -> Any:
             self.error: BaseException | None = None
             self._png = b""
             self._static_key = static_key
+            self._link = link
+            self._linking = False
             self._background: Any = None
             self._background_key: Any = None
             boxes = [W.HBox([controls[n] for n in row if n in controls])
@@ -119,7 +124,20 @@ def _explorer_class() -> Any:
                 control.observe(self._on_change, names="value")
             self.redraw()
 
-        def _on_change(self, _change: Any) -> None:
+        def _on_change(self, change: Any) -> None:
+            # A change that moves other controls (``link``) redraws once, after all of them.
+            if self._linking:
+                return
+            if self._link is not None:
+                self._linking = True
+                try:
+                    self._link(change)
+                except Exception as exc:  # shown, never raised
+                    self.error = exc
+                    self.readout.value = _error_html(exc)
+                    return
+                finally:
+                    self._linking = False
             self.redraw()
 
         def redraw(self) -> None:
@@ -289,7 +307,18 @@ def _split_defaults(names: list[str], model: Any, defaults: dict[str, Any]
         else:
             raise LessonkitError(f"Unknown setting {key!r}; the explorer takes "
                                  f"{', '.join(sorted(set(names) | known))}.")
+    if "precision" in names and "precision" not in defaults and values["method"] in METHODS:
+        values["precision"] = usual_precision(values["method"])
     return values, fixed
+
+
+def _precision_follows_method(controls: dict[str, Any]) -> Callable[[Any], None]:
+    """A link: choosing a method moves precision to that method's usual one (the student can
+    change it afterwards)."""
+    def link(change: Any) -> None:
+        if change["owner"] is controls["method"] and "precision" in controls:
+            controls["precision"].value = usual_precision(change["new"])
+    return link
 
 
 def _settings(controls: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
@@ -316,16 +345,47 @@ def peak_html(report: Any) -> str:
             f"{html.escape(str(report.peak_phase))})")
 
 
+# What each precision keeps in which dtype; LoRA and QLoRA name their frozen base weights.
+PRECISION_WORDS = {
+    "fp32": "everything in fp32", "bf16-mixed": "fp32 weights, bf16 autocast",
+    "fp16-mixed": "fp32 weights, fp16 autocast", "bf16": "bf16 weights",
+    "bf16-master": "bf16 weights, fp32 master copy",
+}
+
+
+def precision_words(settings: dict[str, Any]) -> str:
+    """E.g. 'bf16 base weights, fp32 adapters' for LoRA in precision 'bf16'."""
+    precision, method = settings.get("precision", ""), settings.get("method", "")
+    words = PRECISION_WORDS.get(precision, str(precision))
+    if method == "qlora":
+        compute = {"fp32": "fp32", "fp16-mixed": "fp16"}.get(precision, "bf16")
+        words = f"4-bit NF4 base weights, {compute} compute"
+    elif method == "lora":
+        words = words.replace("fp32 weights", "fp32 base weights").replace(
+            "bf16 weights", "bf16 base weights").replace("everything", "base weights")
+    if method in ("lora", "qlora"):
+        words += f", {settings.get('lora_dtype', 'fp32')} adapters"
+    return words
+
+
+def setup_html(report: Any) -> str:
+    """HTML: method, precision (in words) and optimizer of the estimate shown."""
+    s = report.settings
+    return (f"{html.escape(str(s.get('method')))}, precision "
+            f"<b>{html.escape(str(s.get('precision')))}</b> "
+            f"({html.escape(precision_words(s))}), {html.escape(str(s.get('optimizer')))}")
+
+
 def fit_summary(report: Any, gpus: list[Any] | None = None) -> str:
-    """HTML: the peak per GPU and the catalog GPUs it fits on (smallest first)."""
+    """HTML: the peak per GPU, the setup, and the catalog GPUs it fits on (smallest first)."""
     where = "in the catalog" if gpus is None else "shown"
     gpus = charts.catalog_gpus() if gpus is None else gpus
-    head = peak_html(report)
+    head = f"{peak_html(report)}<br>Setup: {setup_html(report)}"
     if not gpus:
         sizes = [s for s in charts.COMMON_GPU_SIZES_GB if report.fits(s * GB)]
-        fits = f"fits in {sizes[0]:g} GB and larger" if sizes else \
-            "<b>does not fit on any single GPU size shown</b>"
-        return f"{head}: {fits}."
+        fits = f"Fits in {sizes[0]:g} GB and larger" if sizes else \
+            "<b>Does not fit on any single GPU size shown</b>"
+        return f"{head}.<br>{fits}."
     ordered = sorted(gpus, key=lambda g: (charts.gpu_usable_bytes(g), charts.gpu_label(g)))
     fit = [g for g in ordered if charts.gpu_fits(g, report)]
     if not fit:
@@ -364,7 +424,8 @@ def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defau
         "vram", controls, update, figure,
         [["model", "method"], ["precision", "optimizer"], ["batch_size", "seq_len"],
          ["lora_rank", "gradient_checkpointing"], ["n_gpus", "zero_stage"]],
-        static_key=lambda: chart.legend_version, chart=chart, report=None)
+        static_key=lambda: chart.legend_version, link=_precision_follows_method(controls),
+        chart=chart, report=None)
 
 
 SETUP_CONTROLS = ["model", "method", "precision", "optimizer", "batch_size", "seq_len",
@@ -401,7 +462,8 @@ def gpu_matrix_explorer(model: Any = "7B", gpus: list[Any] | None = None, *,
     return _explorer_class()(
         "gpu-matrix", controls, update, figure,
         [["model", "method"], ["precision", "optimizer"], ["batch_size", "seq_len"],
-         ["lora_rank", "gradient_checkpointing"], ["gpu_set"]], report=None, drawn=None)
+         ["lora_rank", "gradient_checkpointing"], ["gpu_set"]],
+        link=_precision_follows_method(controls), report=None, drawn=None)
 
 
 def environment_rows(recommendation: Any) -> list[dict[str, Any]]:
@@ -416,9 +478,9 @@ def environment_rows(recommendation: Any) -> list[dict[str, Any]]:
     for env in list_environments():
         option = best.get(env.key)
         if option is None:
+            note = recommendation.left_out.get(env.key, "no GPU setup it offers fits this run")
             rows.append({"name": env.name, "cost": None, "hours": None, "tier": env.tier_name,
-                         "gpu": "", "note": "no GPU setup it offers fits this run",
-                         "option": None})
+                         "gpu": "", "note": note, "option": None})
             continue
         gpu = option.gpu if option.count == 1 else f"{option.count}x {option.gpu}"
         rows.append({"name": env.name, "cost": option.cost_usd, "hours": option.hours,
@@ -480,11 +542,11 @@ GUIDE_ANSWERS = {
 }
 
 
-def decision_flow_explorer() -> Any:
-    """Pick a model size and budget: the guide's flow with the path taken, and what the memory
-    estimates say about each fine-tuning method for that size."""
-    values = {"size": "7B", "budget": "Low"}
-    controls = _controls(["size", "budget"], values, False)
+def decision_flow_explorer(size: str = "7B", budget: str = "Low") -> Any:
+    """Pick a model size and budget: the guide's flow with the path taken, that path checked
+    against the numbers, and ``lessonkit.recommend``'s cheapest setup per method for the same
+    size and budget (no budget limit where the flow does not ask for one)."""
+    controls = _controls(["size", "budget"], {"size": size, "budget": budget}, False)
     figure = _figure(7.5, 4.2, left=0.0, right=1.0, bottom=0.0, top=1.0)
     ax = figure.add_subplot()
 
@@ -495,21 +557,59 @@ def decision_flow_explorer() -> Any:
         ax.clear()
         explorer.drawn = charts.draw_decision_flow(ax, path)
         explorer.path = path
-        end = path[-1]
-        if end in GUIDE_ANSWERS:
-            guide = f"The guide's flow says: <b>{GUIDE_ANSWERS[end]}</b>."
-        else:
-            guide = f"The guide's flow has no branch for {html.escape(size)} models."
-        lines = []
-        for method in ("qlora", "lora", "full"):
-            report = _estimate(size, method=method)
-            fit = [g for g in charts.catalog_gpus() if charts.gpu_fits(g, report)]
-            smallest = min(fit, key=charts.gpu_usable_bytes) if fit else None
-            where = (f"smallest GPU that fits: {html.escape(charts.gpu_label(smallest))}"
-                     if smallest else "<b>does not fit on any single GPU</b>")
-            lines.append(f"{method}: {report.total_bytes / GB:,.1f} GB per GPU, {where}")
-        return (f"{guide}<br>What the estimates say (batch 1 x 512 tokens, bf16 mixed precision, "
-                f"AdamW):<br>" + "<br>".join(lines))
+        asked = budget.lower() if "budget" in path else None
+        rec = _recommend(size, budget=asked)
+        explorer.recommendation = rec
+        return decision_readout(path, rec)
 
     return _explorer_class()("decision-flow", controls, update, figure, [["size", "budget"]],
-                             path=None, drawn=None)
+                             path=None, drawn=None, recommendation=None)
+
+
+def _recommend(model: Any, **kwargs: Any) -> Any:
+    from .recommender import recommend
+
+    return recommend(model, **kwargs)
+
+
+def decision_readout(path: list[str], rec: Any) -> str:
+    """HTML: the guide's answer for ``path``, that answer checked, and the recommendation's
+    cheapest setup per method."""
+    from .fitting import METHOD_WORDS, needs_text
+    from .gpus import get_gpu
+    from .verdicts import flow_notes
+
+    end = path[-1]
+    esc = html.escape
+    spec = rec.model
+    if end in GUIDE_ANSWERS:
+        lines = [f"The guide's flow says: <b>{GUIDE_ANSWERS[end]}</b>."]
+        note = flow_notes(spec).get(end)
+        if note:
+            lines.append(f"Checked against the estimates: {esc(note)}")
+    else:
+        lines = [f"The guide's flow has no branch for {esc(spec.name)} models."]
+    capped = rec.budget is not None and rec.budget != math.inf
+    budget = f"budget at most ${rec.budget:.2f}/h" if capped else "no budget limit"
+    lines.append(f"<code>lessonkit.recommend</code> for {esc(spec.name)} ({budget}), the "
+                 f"cheapest setup that fits per method:")
+    best = rec.best_per_method()
+    for method in ("qlora", "lora", "full"):
+        option = best.get(method)
+        if option is None:
+            why = needs_text(spec, method)
+            if capped:
+                why = f"nothing within ${rec.budget:.2f}/h; {why}"
+            lines.append(f"{esc(METHOD_WORDS[method])}: {esc(why)}")
+            continue
+        price = "free" if option.price_per_hour == 0 else f"${option.price_per_hour:,.2f}/h"
+        if option.purchase_usd:
+            low, high = (v * option.count for v in option.purchase_usd)
+            price += f" (buying the card${'s' if option.count > 1 else ''}: ${low:,.0f}-{high:,.0f}, spread over its hours)"
+        label = method_label(method, get_gpu(option.gpu).native_bf16)
+        s = option.settings
+        run = f"batch {s['batch_size']} x {s['seq_len']}" + (
+            " with checkpointing" if s["gradient_checkpointing"] else "")
+        lines.append(f"{esc(label)}: <b>{esc(option.setup)}</b> on {esc(option.name)}, peak "
+                     f"{option.peak_bytes / GB:,.1f} GB per GPU at {run}, {esc(price)}")
+    return "<br>".join(lines)

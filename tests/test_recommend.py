@@ -8,7 +8,8 @@ import math
 import pytest
 
 from lessonkit import LessonkitError, estimate, get_environment, get_gpu, recommend
-from lessonkit.fitting import QLORA_SLOWDOWN, find_fit, run_hours
+from lessonkit.environments import list_environments
+from lessonkit.fitting import QLORA_SLOWDOWN, find_fit, run_hours, usual_precision
 from lessonkit.models import resolve_model
 from lessonkit.units import GiB
 
@@ -69,11 +70,79 @@ def test_high_budget_7b_includes_the_guides_local_rtx_4090(low7b):
     assert any("local RTX 4090" in g and "agrees" in g for g in high.guide)
 
 
+def test_without_a_budget_the_workstation_is_compared_at_its_amortized_price():
+    rec = recommend("7B", method="lora", tokens="10M")
+    local = [o for o in rec.options if o.environment == "local"]
+    assert local and "local" not in rec.left_out
+    env = get_environment("local")
+    for option in local:
+        offer = env.offer(option.gpu)
+        spread = sum(offer.purchase_usd) / 2 / env.amortize_hours
+        assert option.price_per_hour == pytest.approx((offer.price_per_hour.typical + spread)
+                                                      * option.count)
+        assert option.cost_usd == pytest.approx(option.hours * option.price_per_hour)
+    # A machine you would buy is never offered as one to rent.
+    from lessonkit.verdicts import no_gpu_lines
+
+    assert not any(env.name in line for line in no_gpu_lines(rec.model))
+
+
+def test_each_environment_left_out_says_the_true_reason():
+    names = {e.key for e in list_environments()}
+    low = recommend("7B", method="lora", budget="low")
+    # Every environment either has an option or a reason.
+    assert {o.environment for o in low.options} | set(low.left_out) == names
+    assert not {o.environment for o in low.options} & set(low.left_out)
+    assert "budget per hour" in low.left_out["local"] and "memory" not in low.left_out["local"]
+    assert "RTX 3090" in low.left_out["local"]  # it would fit
+    free = recommend("7B", method="lora", budget="free")
+    for key in ("colab-paid", "lambda", "runpod"):
+        assert free.left_out[key].startswith("over budget")
+        cheapest = min(o.price_per_hour for o in recommend("7B", method="lora",
+                                                           platform=key).options)
+        assert f"${cheapest:.2f}/h" in free.left_out[key]
+    # Memory comes first: a run no setup holds is left out for memory, whatever the budget.
+    for budget in (None, "low", "free"):
+        huge = recommend("70B", method="full", budget=budget)
+        assert "enough memory" in huge.left_out["local"]
+        assert "enough memory" in huge.left_out["colab-free"]
+    kaggle = recommend("70B", method="lora").left_out["kaggle"]
+    assert "enough memory" in kaggle and "P100 16GB not usable" in kaggle
+    assert recommend("7B", platform="colab").left_out["lambda"] == "not on the platform asked for"
+    assert "Not here: Your own workstation: buying a card" in low.text()
+    assert recommend("7B", method="lora", budget="high").left_out == {}
+
+
+def test_an_environment_whose_gpus_all_fail_says_so(monkeypatch):
+    import dataclasses
+
+    from lessonkit import recommender
+
+    kaggle = get_environment("kaggle")
+    broken = dataclasses.replace(kaggle, offers=(kaggle.offer("P100 16GB"),))
+    monkeypatch.setattr(recommender, "list_environments", lambda: [broken])
+    rec = recommend("0.5B", platform=None)
+    assert rec.options == []
+    assert rec.left_out["kaggle"].startswith("none of the GPUs it offers is usable: P100 16GB")
+
+
+def test_the_usual_precision_per_method_is_what_the_options_use(low7b):
+    assert {o.method: o.settings["precision"] for o in low7b.options
+            if get_gpu(o.gpu).native_bf16} == {"full": "bf16-mixed", "lora": "bf16",
+                                                "qlora": "bf16"}
+    assert [usual_precision(m) for m in ("full", "lora", "qlora")] == \
+        ["bf16-mixed", "bf16", "bf16"]
+    assert usual_precision("full", native_bf16=False) == "fp16-mixed"
+
+
 def test_70b_needs_a_cluster_for_lora_and_says_so_for_full(r70b):
     lora = [o for o in r70b.options if o.method == "lora"]
     assert lora and all(o.count > 1 or get_gpu(o.gpu).usable_memory_gib > 100 for o in lora)
     assert any(o.gpu == "A100 80GB" and o.count == 8 for o in lora)
-    assert not any(o.method == "full" for o in r70b.options)
+    full = [o for o in r70b.options if o.method == "full"]
+    assert not any(o.gpu == "A100 80GB" for o in full)  # the guide's 8x A100 cluster
+    # Weights, gradients and AdamW states alone are 16 bytes per parameter over the GPUs.
+    assert all(o.count * o.usable_bytes >= 16 * r70b.model.n_params for o in full)
     flow = next(g for g in r70b.guide if g.startswith("Flow '70B"))
     assert "agrees for LoRA, not for full fine-tuning" in flow
     qlora = find_fit(r70b.model, "qlora", get_gpu("A100 80GB").usable_bytes)
@@ -103,10 +172,11 @@ def test_lora_is_two_thirds_of_full_and_qlora_slower_than_lora():
     assert run_hours(spec, "qlora", 1e7, 312) == pytest.approx(full * 2 / 3 * QLORA_SLOWDOWN)
 
 
-def test_a_model_no_setup_can_hold_says_so_clearly():
-    rec = recommend("2T", method="full")
+def test_a_run_no_setup_can_hold_says_so_clearly():
+    # 2T parameters at 32k tokens: the activations alone outgrow any GPU, however many.
+    rec = recommend("2T", method="full", seq_len=32768)
     assert rec.options == [] and rec.best is None
-    assert "fits no GPU setup" in rec.needs[0]
+    assert "fits no GPU setup" in rec.needs[0] and "batch 1 x 32768" in rec.needs[0]
     assert "Nothing in the catalog fits" in str(rec)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import io
 import re
 import subprocess
@@ -16,9 +17,11 @@ import pytest
 
 from lessonkit import charts, widgets
 from lessonkit.errors import LessonkitError
-from lessonkit.gpus import list_gpus
+from lessonkit.fitting import usual_precision
+from lessonkit.gpus import get_gpu, list_gpus
 from lessonkit.report import CATEGORIES
 from lessonkit.units import GB
+from lessonkit.verdicts import flow_notes
 from lessonkit.vram import estimate
 
 
@@ -95,6 +98,53 @@ def test_every_vram_control_at_its_ends_and_every_option(vram):
         widget.value = start
     assert vram.figure is figure  # one figure, updated in place
     assert vram.chart.containers["weights"].patches == patches
+
+
+def count_estimates(monkeypatch) -> list:
+    calls = []
+    real = widgets._estimate
+
+    def counted(model, **settings):
+        calls.append(settings)
+        return real(model, **settings)
+
+    monkeypatch.setattr(widgets, "_estimate", counted)
+    return calls
+
+
+@pytest.mark.parametrize("make", [widgets.vram_explorer, widgets.gpu_matrix_explorer])
+def test_the_method_control_carries_its_usual_precision(make, monkeypatch):
+    explorer = make("7B")
+    c = explorer.controls
+    calls = count_estimates(monkeypatch)
+    c["method"].value = "lora"
+    # What people run: the base model loaded in bf16, adapters in fp32 (not fp32 under autocast).
+    assert c["precision"].value == usual_precision("lora") == "bf16"
+    lora = estimate("7B", method="lora", precision="bf16")
+    assert explorer.report.total_bytes == lora.total_bytes
+    assert explorer.report.total_bytes < estimate("7B", method="lora").total_bytes / 2
+    assert len(calls) == 1  # one redraw for the method and the precision it brings
+    assert "precision <b>bf16</b> (bf16 base weights, fp32 adapters)" in explorer.readout.value
+    c["precision"].value = "bf16-mixed"  # the student can still choose
+    assert c["method"].value == "lora"
+    assert explorer.report.total_bytes == estimate("7B", method="lora").total_bytes
+    assert "precision <b>bf16-mixed</b> (fp32 base weights, bf16 autocast" in explorer.readout.value
+    c["method"].value = "qlora"
+    assert c["precision"].value == "bf16"
+    assert "4-bit NF4 base weights" in explorer.readout.value
+    c["method"].value = "full"
+    assert c["precision"].value == usual_precision("full") == "bf16-mixed"
+    assert explorer.report.total_bytes == estimate("7B").total_bytes
+    assert "precision <b>bf16-mixed</b> (fp32 weights, bf16 autocast)" in explorer.readout.value
+    assert len(calls) == 4
+
+
+def test_a_starting_method_starts_with_its_usual_precision():
+    assert widgets.vram_explorer(method="lora").controls["precision"].value == "bf16"
+    assert widgets.vram_explorer(method="full").controls["precision"].value == "bf16-mixed"
+    kept = widgets.vram_explorer(method="lora", precision="fp32")
+    assert kept.controls["precision"].value == "fp32"
+    assert "precision <b>fp32</b>" in kept.readout.value
 
 
 def test_sliders_have_teaching_ranges(vram):
@@ -238,7 +288,7 @@ def test_environment_explorer_shows_each_environments_cheapest_fitting_setup():
             for env, row in zip(list_environments(), explorer.rows):
                 mine = [o for o in rec.options if o.environment == env.key and o.fits]
                 if not mine:
-                    assert row["cost"] is None
+                    assert row["cost"] is None and row["note"] == rec.left_out[env.key]
                     continue
                 assert row["cost"] == pytest.approx(min(o.cost_usd for o in mine))
                 assert row["option"].gpu in row["gpu"]
@@ -251,6 +301,78 @@ def test_environment_explorer_shows_each_environments_cheapest_fitting_setup():
     for row in explorer.rows:
         if row["cost"] is not None:
             assert row["cost"] == pytest.approx(100 * small[row["name"]])
+
+
+def test_environment_explorer_includes_the_workstation_at_its_amortized_price():
+    from lessonkit.environments import get_environment
+
+    explorer = widgets.environment_explorer("7B", method="lora", tokens=1e7)
+    row = next(r for r in explorer.rows if r["name"] == get_environment("local").name)
+    option = row["option"]
+    assert option is not None and "not possible" not in row["note"]
+    env = get_environment("local")
+    hourly = env.hourly_cost(env.offer(option.gpu)) * option.count
+    assert hourly > env.offer(option.gpu).price_per_hour.typical * option.count  # card included
+    assert row["cost"] == pytest.approx(option.hours * hourly)
+    labels = [t.get_text() for t in explorer.drawn["labels"]]
+    assert not any("not possible" in t for t in labels)
+    # A run no card it offers can hold is left out for memory, and says so.
+    explorer.controls["model"].value = "70B"
+    explorer.controls["method"].value = "full"
+    row = next(r for r in explorer.rows if r["name"] == env.name)
+    assert row["cost"] is None and "enough memory" in row["note"]
+
+
+def test_environment_rows_give_the_budget_as_the_reason_under_a_budget():
+    from lessonkit.environments import get_environment
+    from lessonkit.recommender import recommend
+
+    rows = {r["name"]: r for r in widgets.environment_rows(recommend("7B", budget="low"))}
+    local = rows[get_environment("local").name]
+    assert local["cost"] is None and "budget per hour" in local["note"]
+    assert "memory" not in local["note"]
+
+
+def expected_readout_lines(rec) -> list[str]:
+    """For each method, what the readout must say: the recommendation's cheapest option."""
+    lines = []
+    for method, option in rec.best_per_method().items():
+        lines.append(f"<b>{html.escape(option.setup)}</b> on {html.escape(option.name)}, peak "
+                     f"{option.peak_bytes / GB:,.1f} GB per GPU")
+    return lines
+
+
+@pytest.mark.parametrize("size", ["7B", "13B", "70B"])
+def test_decision_flow_readout_agrees_with_recommend(size):
+    from lessonkit.recommender import recommend
+
+    explorer = widgets.decision_flow_explorer()
+    explorer.controls["size"].value = size
+    for budget in ("Low", "High"):
+        explorer.controls["budget"].value = budget
+        asked = budget.lower() if "budget" in explorer.path else None
+        rec = recommend(size, budget=asked)
+        shown = explorer.recommendation
+        assert (shown.model, shown.budget) == (rec.model, rec.budget)
+        assert [(o.environment, o.gpu, o.count, o.method, o.peak_bytes) for o in shown.options] \
+            == [(o.environment, o.gpu, o.count, o.method, o.peak_bytes) for o in rec.options]
+        for line in expected_readout_lines(rec):
+            assert line in explorer.readout.value
+        for method, option in rec.best_per_method().items():
+            assert option.settings["precision"] == usual_precision(
+                method, get_gpu(option.gpu).native_bf16)
+
+
+def test_decision_flow_estimates_lora_in_bf16_not_fp32_under_autocast():
+    explorer = widgets.decision_flow_explorer("70B")
+    lora = explorer.recommendation.best_per_method()["lora"]
+    autocast = estimate("70B", method="lora", **{k: v for k, v in lora.settings.items()
+                                                  if k not in ("method", "precision")},
+                        device="cuda")
+    assert lora.settings["precision"] == "bf16"
+    assert lora.peak_bytes < autocast.total_bytes / 2
+    assert f"{autocast.total_bytes / GB:,.1f} GB" not in explorer.readout.value
+    assert f"{lora.peak_bytes / GB:,.1f} GB per GPU" in explorer.readout.value
 
 
 @pytest.mark.parametrize("size", widgets.MODEL_SIZES)
@@ -267,8 +389,9 @@ def test_decision_flow_explorer_follows_the_guide(size):
         answer = widgets.GUIDE_ANSWERS.get(path[-1])
         assert (answer or "no branch") in explorer.readout.value
         assert explorer.controls["budget"].disabled == ("budget" not in path)
-    full = estimate(size, method="full")
-    assert f"full: {full.total_bytes / GB:,.1f} GB" in explorer.readout.value
+        note = flow_notes(explorer.recommendation.model).get(path[-1])
+        if note:  # the guide's answer checked against the estimates
+            assert html.escape(note) in explorer.readout.value
 
 
 def test_importing_widgets_is_cheap():
