@@ -58,8 +58,9 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--gradient-accumulation", type=int, default=1, metavar="STEPS")
     parser.add_argument("--lora-rank", type=int, default=16)
-    parser.add_argument("--lora-targets", default="q_proj,v_proj",
-                        help="comma-separated module names, or all-linear (default: q_proj,v_proj)")
+    parser.add_argument("--lora-targets", default=None,
+                        help="comma-separated module names, or all-linear (default: peft's "
+                             "default for the model: q_proj,v_proj; c_attn on GPT-2)")
     parser.add_argument("--lora-dtype", default="fp32", help=f"one of {', '.join(LORA_DTYPES)}")
     parser.add_argument("--no-double-quant", action="store_true",
                         help="QLoRA without double quantization of the NF4 constants")
@@ -79,8 +80,8 @@ def run_vram(args: argparse.Namespace) -> int:
 
     from .vram import estimate
 
-    targets = args.lora_targets.strip()
-    if targets != "all-linear":
+    targets = None if args.lora_targets is None else args.lora_targets.strip()
+    if targets not in (None, "all-linear"):
         targets = tuple(t.strip() for t in targets.split(",") if t.strip())
     gpu = None
     if args.gpu is not None:

@@ -29,48 +29,21 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
-from .errors import LessonkitError, choose, positive_int
-from .models import ModelSpec, resolve_model
-from .options import ATTENTION, LORA_DTYPES, METHODS, OPTIMIZERS, PRECISIONS, ZERO_STAGES
+from .errors import LessonkitError
+from .models import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
 from .report import MemoryReport
+from .settings import RunSettings, validate_run
 
 PHASES = ("forward", "backward", "optimizer")
-DEVICES = ("cpu", "cuda")
-
-
-@dataclass(frozen=True)
-class Settings:
-    method: str
-    precision: str
-    optimizer: str
-    batch_size: int
-    seq_len: int
-    gradient_checkpointing: bool
-    lora_rank: int
-    lora_targets: tuple[str, ...] | str
-    n_gpus: int
-    zero_stage: int
-    attention: str
-    offload_optimizer: bool
-    double_quant: bool
-    lora_dtype: str
-    gradient_accumulation: int
-    device: str
-
-    def as_dict(self) -> dict[str, Any]:
-        data = dict(self.__dict__)
-        data["lora_targets"] = (self.lora_targets if isinstance(self.lora_targets, str)
-                                else list(self.lora_targets))
-        return data
+MAX_MEASURED_MICRO_BATCHES = 64  # measure runs each one; estimate() takes up to 4096
 
 
 def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
             optimizer: str = "adamw", batch_size: int = 1, seq_len: int = 512,
             gradient_checkpointing: bool = False, lora_rank: int = 16,
-            lora_targets: tuple[str, ...] | str = ("q_proj", "v_proj"), n_gpus: int = 1,
+            lora_targets: tuple[str, ...] | str = DEFAULT_LORA_TARGETS, n_gpus: int = 1,
             zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
             double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
             device: str = "cpu") -> MemoryReport:
@@ -93,47 +66,19 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
     return run_step(spec, settings, fake=True)[0]
 
 
-def validate(spec: ModelSpec, **kw: Any) -> Settings:
-    """Check every argument; raise LessonkitError saying what is allowed."""
-    for flag in ("gradient_checkpointing", "offload_optimizer", "double_quant"):
-        if not isinstance(kw[flag], bool):
-            raise LessonkitError(f"{flag} must be True or False, got {kw[flag]!r}.")
-    zero_stage = kw["zero_stage"]
-    if isinstance(zero_stage, bool) or zero_stage not in ZERO_STAGES:
-        raise LessonkitError(f"zero_stage must be one of {ZERO_STAGES}, got {zero_stage!r}.")
-    targets = kw["lora_targets"]
-    if isinstance(targets, list):
-        targets = tuple(targets)
-    if not (isinstance(targets, str) or (isinstance(targets, tuple) and targets
-                                           and all(isinstance(t, str) for t in targets))):
-        raise LessonkitError(f"lora_targets must be a list of module names or 'all-linear', "
-                             f"got {targets!r}.")
-    settings = Settings(
-        method=choose(kw["method"], METHODS, "method"),
-        precision=choose(kw["precision"], PRECISIONS, "precision"),
-        optimizer=choose(kw["optimizer"], OPTIMIZERS, "optimizer"),
-        batch_size=positive_int(kw["batch_size"], "batch_size", maximum=4096),
-        seq_len=positive_int(kw["seq_len"], "seq_len",
-                             maximum=spec.max_positions or 1_048_576),
-        gradient_checkpointing=kw["gradient_checkpointing"],
-        lora_rank=positive_int(kw["lora_rank"], "lora_rank", maximum=65536),
-        lora_targets=targets, n_gpus=positive_int(kw["n_gpus"], "n_gpus", maximum=1024),
-        zero_stage=zero_stage, attention=choose(kw["attention"], ATTENTION, "attention"),
-        offload_optimizer=kw["offload_optimizer"], double_quant=kw["double_quant"],
-        lora_dtype=choose(kw["lora_dtype"], LORA_DTYPES, "lora_dtype"),
-        gradient_accumulation=positive_int(kw["gradient_accumulation"], "gradient_accumulation",
-                                           maximum=64),
-        device=choose(kw["device"], DEVICES, "device"),
-    )
-    if settings.method != "full":
-        spec.lora_shapes(settings.lora_targets)  # raises for a target the model does not have
-    if settings.offload_optimizer and settings.zero_stage == 0:
-        raise LessonkitError("offload_optimizer needs ZeRO (zero_stage 1, 2 or 3): plain "
-                             "data parallelism keeps the optimizer on the GPU.")
-    if settings.method == "qlora" and settings.n_gpus > 1 and settings.zero_stage > 0:
+def validate(spec: ModelSpec, **kw: Any) -> RunSettings:
+    """estimate()'s checks (settings.validate_run), then what measure cannot run."""
+    s = validate_run(spec, **kw)
+    if s.gradient_accumulation > MAX_MEASURED_MICRO_BATCHES:
+        raise LessonkitError(
+            f"measure runs every micro-batch, so it takes at most {MAX_MEASURED_MICRO_BATCHES} "
+            f"(gradient_accumulation={s.gradient_accumulation}); the memory does not change "
+            f"after the second, and estimate() takes up to {s.gradient_accumulation:,}.")
+    if s.method == "qlora" and s.n_gpus > 1 and s.zero_stage > 0:
         raise LessonkitError("measure cannot shard a QLoRA model across GPUs (its 4-bit "
-                             "weights are a CPU stand-in); use zero_stage=0 or one GPU.")
-    return settings
+                             "weights are a CPU stand-in); use zero_stage=0 or one GPU. "
+                             "estimate() takes ZeRO-1/2 with QLoRA.")
+    return s
 
 
 def _require_torch() -> None:
@@ -146,7 +91,7 @@ def _require_torch() -> None:
 
 
 # ----- building the model and the optimizer ------------------------------------------------
-def dtypes(settings: Settings) -> tuple[Any, Any]:
+def dtypes(settings: RunSettings) -> tuple[Any, Any]:
     """(dtype of the weights, dtype of the computation) for a precision."""
     import torch
 
@@ -159,7 +104,7 @@ def dtypes(settings: Settings) -> tuple[Any, Any]:
     }[settings.precision]
 
 
-def build_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
+def build_model(spec: ModelSpec, settings: RunSettings, device: str) -> Any:
     """The transformers model (with LoRA / QLoRA stand-ins) on ``device`` ("meta" or real)."""
     import torch
     import transformers
@@ -200,7 +145,7 @@ def build_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
     return model
 
 
-def finish_model(model: Any, spec: ModelSpec, settings: Settings) -> None:
+def finish_model(model: Any, spec: ModelSpec, settings: RunSettings) -> None:
     """Re-tie embeddings and switch on gradient checkpointing after materialising."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if spec.tie_embeddings:
@@ -232,7 +177,7 @@ def unpacked_sequences() -> Iterator[None]:
 
 
 # ----- one tracked training step -------------------------------------------------------------
-def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
+def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
              device: str = "cpu") -> tuple[MemoryReport, Any]:
     """Build the model, warm the optimizer up, and track one training step.
 
@@ -247,7 +192,9 @@ def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
                            quant_state_tensors, state_tensors)
 
     _, compute_dtype = dtypes(settings)
-    parallel = Parallel(settings.n_gpus, settings.zero_stage, settings.offload_optimizer)
+    # ZeRO-3 with a "-mixed" precision is FSDP's mixed precision, not autocast
+    parallel = Parallel(settings.n_gpus, settings.zero_stage, settings.offload_optimizer,
+                        param_dtype=compute_dtype if settings.sharded_mixed else None)
     with contextlib.ExitStack() as stack:
         stack.enter_context(unpacked_sequences())
         if settings.zero_stage == 3:
@@ -282,7 +229,7 @@ def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
         for t in states + parallel.gradient_tensors():
             tracker.add(t)
         tracker.add(ids, phase="forward")
-        mixed = settings.precision.endswith("-mixed")
+        autocast = settings.mixed and not settings.sharded_mixed
         stack.enter_context(fsdp_buffers_are_temporaries(settings.zero_stage == 3))
         if device == "cuda":
             torch.cuda.synchronize()
@@ -290,7 +237,7 @@ def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
         with tracker:
             for _ in range(settings.gradient_accumulation):
                 tracker.set_phase("forward")
-                with torch.autocast(device, dtype=compute_dtype, enabled=mixed):
+                with torch.autocast(device, dtype=compute_dtype, enabled=autocast):
                     loss = model(input_ids=ids, labels=ids, use_cache=False).loss
                 if settings.gradient_accumulation > 1:
                     loss = loss / settings.gradient_accumulation
@@ -338,7 +285,7 @@ def run_step(spec: ModelSpec, settings: Settings, *, fake: bool = True,
 
 
 
-def measure_cuda(spec: ModelSpec, settings: Settings) -> MemoryReport:
+def measure_cuda(spec: ModelSpec, settings: RunSettings) -> MemoryReport:
     """Run the step on the current CUDA device and add the allocator's and driver's figures.
 
     Tensor categories come from the same storage tracking as on CPU. ``allocator_margin`` is
@@ -389,13 +336,18 @@ _PARALLEL_NOTES = (
 )
 
 
-def assumptions(spec: ModelSpec, settings: Settings, measured: dict[str, Any]) -> list[str]:
+def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]) -> list[str]:
     """What the measurement did, in words, for the report."""
     s = settings
     real_bnb = s.device == "cuda" and bitsandbytes() is not None
     notes = ["Steady state: the optimizer states exist from a previous step; gradients are "
              "set to None between steps (zero_grad(set_to_none=True))."]
-    notes.append({
+    half = "fp16" if s.precision.startswith("fp16") else "bf16"
+    notes.append(
+        f"FSDP2 mixed precision, MixedPrecisionPolicy(param_dtype={half}, reduce_dtype=fp32), "
+        f"without autocast: fp32 shards of the weights, gradients and optimizer states; each "
+        f"layer is gathered in {half}; gradients are reduced in fp32."
+        if s.sharded_mixed else {
         "fp32": "fp32 weights, gradients and optimizer states.",
         "bf16-mixed": "fp32 weights under bf16 autocast; autocast's bf16 weight copies are "
                       "counted as temporaries.",
@@ -404,7 +356,7 @@ def assumptions(spec: ModelSpec, settings: Settings, measured: dict[str, Any]) -
         "bf16": "Pure bf16: weights, gradients and optimizer states in bf16.",
         "bf16-master": "bf16 weights and gradients; the optimizer keeps fp32 master weights "
                        "and fp32 AdamW states and makes fp32 copies of the gradients at the step.",
-    }[s.precision])
+        }[s.precision])
     notes.append({
         "adamw": "torch.optim.AdamW(foreach=True), the default on CUDA.",
         "adamw-fused": "torch.optim.AdamW(fused=True): no step temporaries.",
@@ -440,6 +392,8 @@ def assumptions(spec: ModelSpec, settings: Settings, measured: dict[str, Any]) -
         notes.append(f"LoRA r={s.lora_rank} on {s.lora_targets}, base frozen, adapters in "
                      f"{'bf16' if s.lora_dtype == 'bf16' else 'fp32 (peft default)'}; "
                      f"{measured['trainable_parameters']:,} trainable parameters.")
+        if spec.lora_default_note(s.lora_targets):
+            notes.append(spec.lora_default_note(s.lora_targets))
     if s.method == "qlora" and real_bnb:
         notes.append("bitsandbytes Linear4bit (NF4"
                      + (", double quantization" if s.double_quant else "") + ") on every "

@@ -19,6 +19,16 @@ LINEAR_MODULES = {
     "gpt2": ("c_attn", "c_proj", "c_fc"),
     "default": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
 }
+# peft's default ``target_modules`` per family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
+PEFT_DEFAULT_TARGETS = {"gpt2": ("c_attn",), "default": ("q_proj", "v_proj")}
+
+
+class _DefaultTargets(tuple):
+    """The default of ``lora_targets``: equal to ("q_proj", "v_proj"), but recognisable, so
+    that a family without those modules gets its own peft default instead of an error."""
+
+
+DEFAULT_LORA_TARGETS = _DefaultTargets(PEFT_DEFAULT_TARGETS["default"])
 
 
 @dataclass(frozen=True)
@@ -139,6 +149,27 @@ class ModelSpec:
                                                           f"LoRA target for {self.family}"))
             chosen += [s for key, s in shapes.items() if key.split(".")[-1] == target]
         return chosen
+
+    @property
+    def default_lora_targets(self) -> tuple[str, ...]:
+        """peft's default LoRA targets for this family (GPT-2: c_attn; others: q_proj, v_proj)."""
+        return PEFT_DEFAULT_TARGETS.get(self.family, PEFT_DEFAULT_TARGETS["default"])
+
+    def resolve_lora_targets(self, targets: tuple[str, ...] | str | None) -> tuple[str, ...] | str:
+        """The targets to use: ``targets`` as given, or this family's peft default where they
+        are None or the untouched default of ``lora_targets`` (DEFAULT_LORA_TARGETS)."""
+        if targets is None or targets is DEFAULT_LORA_TARGETS:
+            return self.default_lora_targets
+        return targets
+
+    def lora_default_note(self, targets: tuple[str, ...] | str) -> str:
+        """A sentence for the assumptions where ``targets`` are this family's own peft default
+        in place of q_proj/v_proj (which it does not have); "" otherwise."""
+        default = self.default_lora_targets
+        if tuple(targets) != default or default == PEFT_DEFAULT_TARGETS["default"]:
+            return ""
+        return (f"{self.family} has no q_proj/v_proj: LoRA goes on {', '.join(default)}, "
+                f"peft's default target for {self.family}.")
 
     def lora_params(self, rank: int, targets: tuple[str, ...] | str) -> int:
         """Trainable parameters of LoRA adapters: rank x (in + out) per targeted layer."""

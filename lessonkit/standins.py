@@ -334,24 +334,33 @@ class Parallel:
       and the full gradient is freed (no bucket buffers are modelled).
     - ZeRO-3: FSDP2 ``fully_shard`` on every decoder layer and the root, with a fake process
       group of ``n`` ranks; all-gathered parameters and FSDP's buffers count as temporaries.
+      With ``param_dtype`` (the "-mixed" precisions), FSDP's mixed precision:
+      ``MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)`` gathers
+      each layer in 16 bits from fp32 shards and reduces the gradients in fp32.
     - offload_optimizer: the optimizer states and its step live in CPU memory (not counted).
     """
 
-    def __init__(self, n_gpus: int, zero_stage: int, offload_optimizer: bool) -> None:
+    def __init__(self, n_gpus: int, zero_stage: int, offload_optimizer: bool,
+                 param_dtype: torch.dtype | None = None) -> None:
         self.n, self.stage, self.offload = n_gpus, zero_stage, offload_optimizer
+        self.param_dtype = param_dtype
         self.shards: list[tuple[torch.Tensor, torch.Tensor]] = []  # (parameter, its shard)
         self.buckets: list[torch.Tensor] = []
         self.mesh: Any = None  # the device mesh of a (fake) process group, for ZeRO-3
 
     def prepare(self, model: nn.Module) -> nn.Module:
         if self.stage == 3:
-            from torch.distributed.fsdp import fully_shard
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+            policy = MixedPrecisionPolicy()
+            if self.param_dtype is not None:
+                policy = MixedPrecisionPolicy(param_dtype=self.param_dtype,
+                                              reduce_dtype=torch.float32)
             for module in model.modules():
                 if isinstance(module, nn.ModuleList):
                     for layer in module:
-                        fully_shard(layer, mesh=self.mesh)
-            fully_shard(model, mesh=self.mesh)
+                        fully_shard(layer, mesh=self.mesh, mp_policy=policy)
+            fully_shard(model, mesh=self.mesh, mp_policy=policy)
         return model
 
     def optimizer_params(self, params: list[torch.Tensor]) -> list[torch.Tensor]:

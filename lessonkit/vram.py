@@ -15,25 +15,18 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
 from . import activations as acts
 from . import optimizers as opt
-from .errors import LessonkitError, choose, positive_int
-from .models import ModelSpec, resolve_model
-from .options import ATTENTION, DTYPE_BYTES, LORA_DTYPES, METHODS, OPTIMIZERS, PRECISIONS, ZERO_STAGES
+from .models import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
+from .options import DTYPE_BYTES
 from .report import MemoryReport
+from .settings import RunSettings, validate_run
 from .units import GB
 
-DEVICES = ("cuda", "cpu")
-MAX_BATCH = 4096
-MAX_SEQ = 1_048_576
-MAX_RANK = 65536
-MAX_GPUS = 1024
-MAX_ACCUMULATION = 4096
 GPT2_DROPOUT = 0.1  # transformers' GPT2Config default for resid/embd/attn dropout
 NF4_BLOCK, NF4_NESTED_BLOCK = 64, 256
 
@@ -43,81 +36,6 @@ def cuda_constants() -> dict[str, Any]:
     """The CUDA context size and allocator margin (lessonkit/data/cuda_constants.json)."""
     text = resources.files("lessonkit").joinpath("data/cuda_constants.json").read_text()
     return json.loads(text)
-
-
-@dataclass(frozen=True)
-class _Settings:
-    method: str
-    precision: str
-    optimizer: str
-    batch_size: int
-    seq_len: int
-    gradient_checkpointing: bool
-    lora_rank: int
-    lora_targets: tuple[str, ...] | str
-    n_gpus: int
-    zero_stage: int
-    attention: str
-    offload_optimizer: bool
-    double_quant: bool
-    lora_dtype: str
-    gradient_accumulation: int
-    device: str
-
-
-def _flag(value: object, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise LessonkitError(f"{what} must be True or False, got {value!r}.")
-    return value
-
-
-def _validate(spec: ModelSpec, kw: dict[str, Any]) -> _Settings:
-    zero = kw["zero_stage"]
-    if isinstance(zero, bool) or zero not in ZERO_STAGES:
-        raise LessonkitError(f"zero_stage must be one of 0, 1, 2, 3, got {zero!r}.")
-    targets = kw["lora_targets"]
-    if isinstance(targets, list):
-        targets = tuple(targets)
-    if not (targets == "all-linear" or (isinstance(targets, tuple) and targets
-                                        and all(isinstance(t, str) for t in targets))):
-        raise LessonkitError(f"lora_targets must be a list of module names (e.g. "
-                             f"['q_proj', 'v_proj']) or 'all-linear', got {targets!r}.")
-    max_seq = spec.max_positions or MAX_SEQ
-    s = _Settings(
-        method=choose(kw["method"], METHODS, "method"),
-        precision=choose(kw["precision"], PRECISIONS, "precision"),
-        optimizer=choose(kw["optimizer"], OPTIMIZERS, "optimizer"),
-        batch_size=positive_int(kw["batch_size"], "batch_size", maximum=MAX_BATCH),
-        seq_len=positive_int(kw["seq_len"], f"seq_len (for {spec.name})", maximum=max_seq),
-        gradient_checkpointing=_flag(kw["gradient_checkpointing"], "gradient_checkpointing"),
-        lora_rank=positive_int(kw["lora_rank"], "lora_rank", maximum=MAX_RANK),
-        lora_targets=targets,
-        n_gpus=positive_int(kw["n_gpus"], "n_gpus", maximum=MAX_GPUS),
-        zero_stage=zero,
-        attention=choose(kw["attention"], ATTENTION, "attention"),
-        offload_optimizer=_flag(kw["offload_optimizer"], "offload_optimizer"),
-        double_quant=_flag(kw["double_quant"], "double_quant"),
-        lora_dtype=choose(kw["lora_dtype"], LORA_DTYPES, "lora_dtype"),
-        gradient_accumulation=positive_int(kw["gradient_accumulation"], "gradient_accumulation",
-                                           maximum=MAX_ACCUMULATION),
-        device=choose(kw["device"], DEVICES, "device"),
-    )
-    if s.method != "full":
-        spec.lora_shapes(s.lora_targets)  # raises, naming the targets this model has
-        if s.lora_rank > spec.hidden_size:
-            raise LessonkitError(f"lora_rank must be at most the hidden size of {spec.name} "
-                                 f"({spec.hidden_size}), got {s.lora_rank}.")
-    if s.method == "qlora" and s.precision in ("fp32", "bf16-master"):
-        raise LessonkitError(
-            f"QLoRA computes in 16 bits on 4-bit weights; precision {s.precision!r} makes no "
-            "sense with it. Use 'bf16-mixed' (or 'fp16-mixed' on GPUs without bf16) or 'bf16'.")
-    if s.offload_optimizer and s.zero_stage == 0:
-        raise LessonkitError("offload_optimizer needs ZeRO (zero_stage 1, 2 or 3): plain data "
-                             "parallelism keeps the optimizer states on the GPU.")
-    if s.method == "qlora" and s.zero_stage == 3:
-        raise LessonkitError("ZeRO-3 cannot shard 4-bit QLoRA weights in this calculator; use "
-                             "zero_stage 0, 1 or 2 with QLoRA.")
-    return s
 
 
 # ----- parameter tensors -------------------------------------------------------------------
@@ -171,7 +89,7 @@ def _buffer_bytes(spec: ModelSpec) -> int:
 def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
              optimizer: str = "adamw", batch_size: int = 1, seq_len: int = 512,
              gradient_checkpointing: bool = False, lora_rank: int = 16,
-             lora_targets: tuple[str, ...] | str = ("q_proj", "v_proj"), n_gpus: int = 1,
+             lora_targets: tuple[str, ...] | str = DEFAULT_LORA_TARGETS, n_gpus: int = 1,
              zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
              double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
              device: str = "cuda") -> MemoryReport:
@@ -182,24 +100,28 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
     phase and the assumptions made, in words.
     """
     spec = resolve_model(model)
-    s = _validate(spec, dict(
-        method=method, precision=precision, optimizer=optimizer, batch_size=batch_size,
+    s = validate_run(
+        spec, method=method, precision=precision, optimizer=optimizer, batch_size=batch_size,
         seq_len=seq_len, gradient_checkpointing=gradient_checkpointing, lora_rank=lora_rank,
         lora_targets=lora_targets, n_gpus=n_gpus, zero_stage=zero_stage, attention=attention,
         offload_optimizer=offload_optimizer, double_quant=double_quant, lora_dtype=lora_dtype,
-        gradient_accumulation=gradient_accumulation, device=device))
+        gradient_accumulation=gradient_accumulation, device=device)
     return _Step(spec, s).report()
 
 
 class _Step:
     """The arithmetic of one step; each attribute is bytes on one GPU."""
 
-    def __init__(self, spec: ModelSpec, s: _Settings) -> None:
+    def __init__(self, spec: ModelSpec, s: RunSettings) -> None:
         self.spec, self.s = spec, s
         full, lora, qlora = s.method == "full", s.method != "full", s.method == "qlora"
-        self.p = 2 if s.precision in ("bf16", "bf16-master") else 4
+        self.wp = 2 if s.precision in ("bf16", "bf16-master") else 4  # stored weights
         self.c = 4 if s.precision == "fp32" else 2
-        self.mixed = s.precision.endswith("-mixed")
+        # ZeRO-3 with "-mixed" is FSDP's mixed precision: the fp32 shards are gathered in 16
+        # bits and the model computes as in pure 16 bits, without autocast
+        self.sharded_mixed = s.sharded_mixed
+        self.mixed = s.mixed and not self.sharded_mixed
+        self.p = self.c if self.sharded_mixed else self.wp  # the residual stream's dtype
         self.ad = DTYPE_BYTES[s.lora_dtype]
         master = s.precision == "bf16-master"
         n, zero = s.n_gpus, s.zero_stage
@@ -213,27 +135,30 @@ class _Step:
                 return (math.ceil(shape[0] / n),) + shape[1:]
             return (math.ceil(math.prod(shape) / n),)
 
-        # weights on this GPU, and (shape, count) of the trainable tensors
-        weights = _buffer_bytes(spec)
-        trainable: list[tuple[tuple[int, ...], int]] = []
+        # (shape, bytes per element, trained) of one decoder layer's and the root's parameters
+        layer_params: list[tuple[tuple[int, ...], int, bool]] = []
         for kind, shape in _layer_tensors(spec):
-            if qlora and kind == "linear":
-                weights += _nf4_bytes(math.prod(shape), s.double_quant) * layers
-                continue
-            weights += self.p * math.prod(local(shape, 3 if zero == 3 else 0)) * layers
-            if full:
-                trainable.append((shape, layers))
-        for kind, shape in _outer_tensors(spec):
-            weights += self.p * math.prod(local(shape, 3 if zero == 3 else 0))
-            if full:
-                trainable.append((shape, 1))
+            if not (qlora and kind == "linear"):
+                layer_params.append((shape, self.wp, full))
         if lora:
             for n_in, n_out in spec.lora_shapes(s.lora_targets):
-                for shape in ((s.lora_rank, n_in), (n_out, s.lora_rank)):
-                    weights += self.ad * math.prod(local(shape, 3 if zero == 3 else 0)) * layers
-                    trainable.append((shape, layers))
+                layer_params += [((s.lora_rank, n_in), self.ad, True),
+                                 ((n_out, s.lora_rank), self.ad, True)]
+        root_params = [(shape, self.wp, full) for _, shape in _outer_tensors(spec)]
+
+        # weights on this GPU, and (shape, count) of the trainable tensors
+        weights = _buffer_bytes(spec)
+        if qlora:
+            weights += layers * sum(_nf4_bytes(math.prod(sh), s.double_quant)
+                                    for kind, sh in _layer_tensors(spec) if kind == "linear")
+        trainable: list[tuple[tuple[int, ...], int]] = []
+        for params, count in ((layer_params, layers), (root_params, 1)):
+            for shape, nbytes, trained in params:
+                weights += nbytes * math.prod(local(shape, 3 if zero == 3 else 0)) * count
+                if trained:
+                    trainable.append((shape, count))
         self.weights = weights
-        grad_dtype = self.ad if lora else self.p
+        grad_dtype = self.ad if lora else self.wp
         self.trainable_params = sum(math.prod(sh) * count for sh, count in trainable)
         grads_full = grad_dtype * self.trainable_params
         # gradients: sharded from ZeRO-2; DDP (several GPUs, ZeRO-0) adds its flat buckets
@@ -254,14 +179,15 @@ class _Step:
         self.step_temps = 0 if s.offload_optimizer else opt.step_temporaries(
             s.optimizer, shards, grad_dtype, master)
         self.gather = 0
-        if zero == 3 and n > 1:
-            # FSDP keeps the root's parameters (embeddings, final norm, lm_head) gathered for
-            # the whole forward and backward, and gathers one decoder layer at a time
-            layer = sum(math.prod(sh) for _, sh in _layer_tensors(spec))
-            if lora:
-                layer += sum(s.lora_rank * (a + b) for a, b in spec.lora_shapes(s.lora_targets))
-            outer = sum(math.prod(sh) for _, sh in _outer_tensors(spec))
-            self.gather = self.p * (outer + layer)
+        self.fsdp: dict[str, int] = {}
+        if zero == 3:
+            self.fsdp = self._fsdp_buffers(layer_params, root_params, local)
+            first = max(a * b for a, b in spec.linear_shapes().values())
+            self.fsdp_first_grad = (self.c if self.sharded_mixed else self.wp) * first
+            # the root's parameters (embeddings, final norm, lm_head) stay gathered for the
+            # whole forward and backward; a decoder layer's gathered buffer is held until
+            # the next layer is gathered
+            self.gather = self.fsdp["root_params"] + self.fsdp["layer_flat"]
 
         # activations
         targets = (frozenset(k.split(".")[-1] for k in spec.linear_shapes())
@@ -269,10 +195,36 @@ class _Step:
         dropout = GPT2_DROPOUT if spec.family == "gpt2" else 0.0
         self.ctx = acts.Ctx(batch=s.batch_size, seq=s.seq_len, p=self.p, c=self.c,
                             mixed=self.mixed, full=full,
-                            targets=targets if lora else frozenset(), ad=self.ad,
+                            targets=targets if lora else frozenset(),
+                            ad=self.c if self.sharded_mixed else self.ad,
                             rank=s.lora_rank, qlora=qlora, attention=s.attention,
                             dropout=dropout, cpu=s.device == "cpu")
         self._activations()
+
+    def _fsdp_buffers(self, layer_params: list, root_params: list, local: Any) -> dict[str, int]:
+        """What FSDP (ZeRO-3) allocates per decoder layer and for the root, in bytes: the
+        gathered parameters, the flat all-gather buffer, the unsharded gradients, the flat
+        reduce-scatter input (padded to a multiple of the GPU count), and the gradient shards
+        kept. Gathers are in the compute dtype under mixed precision, reductions in fp32."""
+        n = self.s.n_gpus
+
+        def sizes(params: list) -> dict[str, int]:
+            out = dict(params=0, flat=0, grads=0, rs=0, shard=0)
+            for shape, nbytes, trained in params:
+                g = self.c if self.sharded_mixed else nbytes  # gathered and unsharded grads
+                numel, padded = math.prod(shape), n * math.prod(local(shape, 3))
+                out["params"] += g * numel
+                out["flat"] += g * padded
+                if trained:
+                    r = 4 if self.sharded_mixed else nbytes  # reduce-scatter and shards
+                    out["grads"] += g * numel
+                    out["rs"] += r * padded
+                    out["shard"] += r * padded // n
+            return out
+
+        layer, root = sizes(layer_params), sizes(root_params)
+        return {**{f"layer_{k}": v for k, v in layer.items()},
+                **{f"root_{k}": v for k, v in root.items()}}
 
     def _activations(self) -> None:
         spec, s, ctx = self.spec, self.s, self.ctx
@@ -348,16 +300,79 @@ class _Step:
                       temporaries=self.gather)
         step = dict(static, gradients=self.gradients, activations=self.inputs,
                     temporaries=self.step_temps)
-        bw = max((bw_start, bw_layer, bw_end), key=lambda d: sum(d.values()))
-        by_phase = {"forward": fw, "backward": bw, "optimizer": step}
+        fws, bws = [fw], [bw_start, bw_layer, bw_end]
+        if self.fsdp:
+            more_fw, bws = self._fsdp_moments(static, grads_fw, recompute + flowing)
+            fws += more_fw
+            bws = [bw_start] + bws
+        by_phase = {"forward": max(fws, key=lambda d: sum(d.values())),
+                    "backward": max(bws, key=lambda d: sum(d.values())), "optimizer": step}
         return {k: sum(d.values()) for k, d in by_phase.items()}, by_phase
+
+    def _fsdp_moments(self, static: dict[str, int], grads_fw: int, in_layer: int
+                      ) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+        """The forward's and the backward's highest moments under FSDP (ZeRO-3).
+
+        Forward: the end of the last layer, gathered alongside its all-gather buffer. Backward,
+        layer by layer (k layers done): the end of a layer's backward (its gathered parameters,
+        the next layer's prefetched buffer, its unsharded gradients, the previous layer's
+        reduce-scatter input still held) and the reduce-scatter that follows; then the root's
+        (embeddings, lm_head) reduction at the very end."""
+        spec, s, f = self.spec, self.s, self.fsdp
+        t, h, p = self.ctx.tokens, spec.hidden_size, self.p
+        layers = spec.n_layers
+        full = s.method == "full"
+        kept = p * t * h if s.gradient_checkpointing else self.layer_saved
+        fw_end = dict(static, gradients=grads_fw,
+                      activations=self.inputs + self.fw_layers + p * t * h
+                      + 8 * s.batch_size * (s.seq_len + 1),
+                      temporaries=self.fw_copies + f["root_params"] + f["layer_params"]
+                      + f["layer_flat"])
+        # gathering the last layer: the previous layer's buffer is freed only after it
+        fw_gather = dict(fw_end, activations=fw_end["activations"] - kept,
+                         temporaries=fw_end["temporaries"] - self.layer_copies
+                         + f["layer_flat"])
+        head = (self.c if self.sharded_mixed else self.wp) * spec.vocab_size * h if full else 0
+        moments = []
+        for k in sorted({0, 1, layers - 2, layers - 1} & set(range(layers))):
+            held = f["layer_rs"] if k else 0
+            end = dict(static, gradients=grads_fw + head + k * f["layer_shard"],
+                       activations=self.inputs + max(self.rope, self.fw_layers - (k + 1) * kept)
+                       + 2 * p * t * h,
+                       temporaries=max(0, self.bw_copies - (k + 1) * self.layer_copies)
+                       + f["root_params"] + f["layer_params"] + f["layer_grads"] + held
+                       + (f["layer_flat"] if k < layers - 1 else 0))
+            reduce = dict(end, temporaries=end["temporaries"] - f["layer_params"] - held
+                          + f["layer_rs"])
+            # its start: its activations still saved, its own gathered buffer not yet freed
+            start = dict(end, activations=end["activations"] + kept,
+                         temporaries=end["temporaries"] - f["layer_grads"]
+                         + (0 if k < layers - 1 else f["layer_flat"]))
+            # inside its MLP's backward (as bw_layer without FSDP): down_proj's gradient done
+            inside = dict(start, activations=start["activations"] - 2 * p * t * h + in_layer,
+                          temporaries=start["temporaries"] - (0 if k < layers - 1 else
+                                                              f["layer_flat"])
+                          + (f["layer_grads"] and self.fsdp_first_grad))
+            moments += [start, inside, end, reduce]
+        layer_grads = self.gradients - f["root_shard"]
+        root = dict(static, gradients=layer_grads, activations=self.inputs + 2 * p * t * h,
+                    temporaries=f["layer_rs"] + f["root_params"] + f["root_grads"])
+        root_reduce = dict(static, gradients=layer_grads, activations=self.inputs,
+                           temporaries=f["root_grads"] + f["root_rs"])
+        return [fw_end, fw_gather], moments + [root, root_reduce]
 
     def assumptions(self) -> list[str]:
         spec, s = self.spec, self.s
         notes = []
         if spec.note:
             notes.append(spec.note)
-        notes.append({
+        half = "fp16" if s.precision.startswith("fp16") else "bf16"
+        sharded_mixed = (f"ZeRO-3 with {half} mixed precision as FSDP and DeepSpeed run it "
+                         f"(FSDP2: MixedPrecisionPolicy(param_dtype={half}, reduce_dtype=fp32)): "
+                         "fp32 shards of the weights, gradients and optimizer states; each layer "
+                         f"is gathered directly in {half} and freed after use, so there are no "
+                         "autocast copies; gradients are reduced in fp32.")
+        notes.append(sharded_mixed if self.sharded_mixed else {
             "fp32": "fp32 weights, gradients, optimizer states and compute.",
             "bf16-mixed": "fp32 weights under bf16 autocast: fp32 gradients and states, plus "
                           "autocast's bf16 copy of each weight, kept until its backward.",
@@ -390,6 +405,8 @@ class _Step:
             notes.append(f"LoRA rank {s.lora_rank} on {targets}: "
                          f"{self.trainable_params:,} trainable parameters in {s.lora_dtype} "
                          "(peft keeps adapters in fp32 by default); the base model is frozen.")
+            if spec.lora_default_note(s.lora_targets):
+                notes.append(spec.lora_default_note(s.lora_targets))
         if s.method == "qlora":
             dq = ("double quantization (a uint8 absmax per 64 values and an fp32 constant per "
                   "256 blocks)" if s.double_quant else "an fp32 absmax per 64 values")
@@ -423,8 +440,12 @@ class _Step:
                        "gradients",
                     1: "ZeRO-1: optimizer states sharded",
                     2: "ZeRO-2: optimizer states and gradients sharded",
-                    3: "ZeRO-3: parameters, gradients and states sharded, plus two layers "
-                       "gathered in full (the current and the prefetched one)"}[s.zero_stage]
+                    3: "ZeRO-3 (FSDP, one unit per decoder layer): parameters, gradients and "
+                       "states sharded; the embeddings, final norm and lm_head stay gathered "
+                       "through forward and backward, and up to two decoder layers are "
+                       "gathered at once (the current and the prefetched one), with the "
+                       "current layer's unsharded gradients and its reduce-scatter buffer"
+                    }[s.zero_stage]
             notes.append(f"{s.n_gpus} GPUs, {kind}; figures are per GPU.")
         if s.offload_optimizer:
             notes.append("Optimizer states offloaded to CPU RAM: 0 on the GPU (the CPU needs "
@@ -448,7 +469,7 @@ class _Step:
             const = cuda_constants()
             breakdown["cuda_context"] = int(const["cuda_context_bytes"])
             breakdown["allocator_margin"] = int(tensors * (const["allocator_margin_ratio"] - 1))
-        settings = {f: getattr(self.s, f) for f in self.s.__dataclass_fields__}
+        settings = self.s.as_dict()
         settings["estimated"] = {
             "weight_bytes": self.weights, "gradient_bytes": self.gradients,
             "optimizer_bytes": self.optimizer, "trainable_parameters": self.trainable_params}

@@ -30,6 +30,10 @@ SPECS = {
                       max_positions=1024, hidden_act="gelu_new"),
     "llama4": ModelSpec(name="small-llama-4L", family="llama", n_layers=4, hidden_size=384,
                         n_heads=6, n_kv_heads=2, intermediate_size=1024, vocab_size=8192),
+    # layers outweigh the embeddings, as in real models: under ZeRO-3 the layer-by-layer
+    # gathers and reductions decide the peak
+    "wide": ModelSpec(name="wide-llama-4L", family="llama", n_layers=4, hidden_size=512,
+                      n_heads=8, n_kv_heads=8, intermediate_size=1408, vocab_size=1000),
 }
 
 # (family, settings): every method, precision and optimizer, several batch sizes and lengths,
@@ -93,6 +97,24 @@ GRID = [
     ("llama4", dict(batch_size=4, seq_len=256)),
     ("llama4", dict(batch_size=2, seq_len=512, method="lora", lora_targets="all-linear",
                     gradient_checkpointing=True)),
+    # ZeRO-3 with a "-mixed" precision: FSDP's mixed precision (layers gathered in 16 bits)
+    ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=3, precision="fp16-mixed",
+                   method="lora")),
+    ("qwen", dict(batch_size=4, seq_len=256, n_gpus=2, zero_stage=3)),
+    ("gpt2", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=3)),
+    ("gpt2", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=3, method="lora")),
+    ("llama4", dict(batch_size=2, seq_len=256, n_gpus=4, zero_stage=3,
+                    gradient_checkpointing=True)),
+    ("wide", dict(batch_size=1, seq_len=64, n_gpus=4, zero_stage=3)),
+    ("wide", dict(batch_size=1, seq_len=128, n_gpus=3, zero_stage=3)),
+    ("wide", dict(batch_size=2, seq_len=256, n_gpus=2, zero_stage=3, optimizer="adamw-fused")),
+    ("wide", dict(batch_size=1, seq_len=128, n_gpus=4, zero_stage=3, method="lora")),
+    ("wide", dict(batch_size=4, seq_len=512, n_gpus=2, zero_stage=3)),
+    # ZeRO-3 without mixed precision, where the layer-by-layer gathers decide the peak
+    ("wide", dict(batch_size=1, seq_len=64, n_gpus=8, zero_stage=3, precision="bf16")),
+    ("wide", dict(batch_size=1, seq_len=64, n_gpus=4, zero_stage=3, precision="fp32")),
+    # GPT-2 has no q_proj/v_proj: LoRA's default targets become peft's default, c_attn
+    ("gpt2", dict(batch_size=4, seq_len=128, method="lora")),
 ]
 
 
@@ -129,6 +151,14 @@ def test_grid_covers_what_it_claims() -> None:
     assert {kw.get("gradient_checkpointing", False) for _, kw in GRID} == {True, False}
     assert len({kw.get("batch_size") for _, kw in GRID}) >= 4
     assert len({kw.get("seq_len") for _, kw in GRID}) >= 4
+    sharded_mixed = [(f, kw) for f, kw in GRID if kw.get("zero_stage") == 3
+                     and kw.get("precision", "bf16-mixed").endswith("-mixed")]
+    assert {kw.get("precision", "bf16-mixed") for _, kw in sharded_mixed} == {
+        "bf16-mixed", "fp16-mixed"}
+    assert {kw.get("method", "full") for _, kw in sharded_mixed} == {"full", "lora"}
+    assert {SPECS[f].family for f, _ in sharded_mixed} >= {"llama", "qwen2", "gpt2"}
+    assert any(SPECS[f].family == "gpt2" and kw.get("method") == "lora"
+               and "lora_targets" not in kw for f, kw in GRID)
 
 
 @pytest.mark.parametrize("case", GRID, ids=_id)
@@ -163,6 +193,8 @@ LARGE = [
     ("llama-3.1-8b", dict(batch_size=1, seq_len=1024, method="qlora",
                           gradient_checkpointing=True)),
     ("llama-2-7b", dict(batch_size=2, seq_len=512, method="lora", precision="bf16")),
+    ("llama-2-7b", dict(batch_size=1, seq_len=1024, n_gpus=8, zero_stage=3,
+                        optimizer="adamw-fused")),
 ]
 
 

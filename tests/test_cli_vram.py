@@ -73,6 +73,16 @@ def test_every_option_reaches_the_estimate(capsys) -> None:
     assert data["total_bytes"] == expected.total_bytes
 
 
+def test_lora_targets_default_to_the_model_family(capsys) -> None:
+    code, out, _ = run(capsys, "--model", "gpt2", "--method", "lora", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["settings"]["lora_targets"] == ["c_attn"]
+    assert data["total_bytes"] == estimate("gpt2", method="lora").total_bytes
+    code, _, err = run(capsys, "--model", "gpt2", "--method", "lora", "--lora-targets",
+                       "q_proj,v_proj")
+    assert code == 2 and "LoRA target for gpt2" in err and "c_attn" in err
+
+
 BAD = [
     (["--model", "lama-2-7b"], "Did you mean 'llama-2-7b'"),
     (["--model", "7B", "--method", "qlroa"], "Did you mean 'qlora'"),

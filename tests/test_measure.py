@@ -122,7 +122,8 @@ def test_qlora_weights_use_the_nf4_layout(double_quant):
     dict(method="qlora", precision="bf16", gradient_checkpointing=True, batch_size=2),
     dict(precision="bf16-master", optimizer="adamw-forloop", gradient_accumulation=2),
     dict(precision="bf16", n_gpus=4, zero_stage=3),
-], ids=["full-mixed", "qlora-ckpt", "master-accum", "zero3"])
+    dict(n_gpus=4, zero_stage=3),
+], ids=["full-mixed", "qlora-ckpt", "master-accum", "zero3", "zero3-mixed"])
 def test_fake_measurement_equals_a_real_cpu_run(changes):
     settings = validate(TINY, **(DEFAULTS | changes))
     fake, _ = run_step(TINY, settings, fake=True)
@@ -176,6 +177,33 @@ def test_zero3_over_four_gpus_shards_exactly_by_four():
     assert any("ZeRO-3" in a for a in r.assumptions)
 
 
+@pytest.mark.parametrize("spec, kw", [
+    (TINY, dict()),
+    (TINY_GPT2, dict(method="lora", lora_dtype="bf16")),
+], ids=["llama-full", "gpt2-lora"])
+def test_zero3_mixed_gathers_in_16_bits_without_autocast(spec, kw):
+    """FSDP's mixed precision: fp32 shards, layers gathered in bf16, the model computing as in
+    pure bf16; so the forward holds exactly what pure bf16 ZeRO-3 holds beyond its own
+    weights and states."""
+    def forward_extra(report):
+        m = measured(report)
+        return (report.phase_peaks["forward"] - m["parameter_bytes"] - m["buffer_bytes"]
+                - m["optimizer_bytes"])
+
+    mixed = measure(spec, n_gpus=4, zero_stage=3, **SHORT, **kw)
+    pure = measure(spec, n_gpus=4, zero_stage=3, precision="bf16", **SHORT, **kw)
+    assert forward_extra(mixed) == forward_extra(pure)
+    assert any("MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)" in a
+               for a in mixed.assumptions)
+    if kw.get("method") is None:
+        one = measured(measure(spec, **SHORT))  # fp32 weights under autocast, one GPU
+        for key in ("parameter_bytes", "gradient_bytes", "optimizer_bytes"):
+            assert measured(mixed)[key] * 4 == one[key], key
+    # ZeRO-2 keeps autocast (replicated fp32 weights): the forward holds bf16 weight copies
+    z2 = measure(spec, n_gpus=4, zero_stage=2, **SHORT, **kw)
+    assert any("autocast" in a for a in z2.assumptions)
+
+
 def test_zero_stages_shard_what_they_should():
     one = measured(measure(TINY, precision="bf16", **SHORT))
     ddp = measured(measure(TINY, precision="bf16", n_gpus=2, **SHORT))
@@ -206,6 +234,45 @@ def test_zero_stages_shard_what_they_should():
 def test_bad_input_is_explained(kwargs, message):
     with pytest.raises(LessonkitError, match=message):
         measure(TINY, **kwargs)
+
+
+def test_estimate_and_measure_refuse_the_same_input_in_the_same_words():
+    from lessonkit.vram import estimate
+
+    bad = [dict(precision="bf17"), dict(batch_size=0), dict(batch_size=5000),
+           dict(seq_len=129), dict(zero_stage=4), dict(zero_stage=True), dict(n_gpus=0),
+           dict(offload_optimizer=True), dict(method="lora", lora_targets="c_attn"),
+           dict(method="lora", lora_targets=("q_proj", "v_proj")),
+           dict(method="lora", lora_rank=65), dict(method="qlora", precision="fp32"),
+           dict(method="qlora", n_gpus=2, zero_stage=3), dict(lora_dtype="int4"),
+           dict(device="tpu"), dict(double_quant=1), dict(gradient_accumulation=0)]
+    for kwargs in bad:
+        with pytest.raises(LessonkitError) as from_measure:
+            measure(TINY_GPT2, **kwargs)
+        with pytest.raises(LessonkitError) as from_estimate:
+            estimate(TINY_GPT2, **kwargs)
+        assert str(from_measure.value) == str(from_estimate.value), kwargs
+
+
+def test_measure_adds_only_what_it_cannot_run():
+    from lessonkit.vram import estimate
+
+    for kwargs, message in [(dict(gradient_accumulation=65), "measure runs every micro-batch"),
+                            (dict(method="qlora", n_gpus=2, zero_stage=2), "cannot shard")]:
+        estimate(TINY, **kwargs)  # accepted there
+        with pytest.raises(LessonkitError, match=message):
+            measure(TINY, **kwargs)
+
+
+def test_gpt2_lora_defaults_to_peft_target_c_attn():
+    r = measure(TINY_GPT2, method="lora", **SHORT)
+    assert r.settings["lora_targets"] == ["c_attn"]
+    assert measured(r)["trainable_parameters"] == TINY_GPT2.lora_params(16, ("c_attn",))
+    assert any("peft's default target for gpt2" in a for a in r.assumptions)
+    llama = measure(TINY, method="lora", **SHORT)
+    assert llama.settings["lora_targets"] == ["q_proj", "v_proj"]
+    with pytest.raises(LessonkitError, match="LoRA target for gpt2.*Allowed: c_attn"):
+        measure(TINY_GPT2, method="lora", lora_targets=["q_proj", "v_proj"], **SHORT)
 
 
 def test_bad_model_and_sequence_length():

@@ -194,7 +194,8 @@ BAD = [
     (dict(model="7B", lora_rank=0, method="lora"), ">= 1"),
     (dict(model="7B", lora_rank=8192, method="lora"), "at most the hidden size"),
     (dict(model="7B", method="lora", lora_targets=("q_prj",)), "Did you mean 'q_proj'"),
-    (dict(model="gpt2", method="lora"), "LoRA target for gpt2"),
+    (dict(model="gpt2", method="lora", lora_targets=("q_proj", "v_proj")), "LoRA target for gpt2"),
+    (dict(model="gpt2", method="lora", lora_targets="q_proj"), "lora_targets must be a list"),
     (dict(model="7B", method="lora", lora_targets=()), "lora_targets"),
     (dict(model="7B", zero_stage=4), "zero_stage must be one of 0, 1, 2, 3"),
     (dict(model="7B", zero_stage=True), "zero_stage"),
@@ -221,6 +222,60 @@ def test_bad_input_gets_a_clear_error(kw, message) -> None:
         estimate(model, **kw)
     assert message in str(err.value)
     assert isinstance(err.value, ValueError)
+
+
+def test_zero3_mixed_is_fsdp_mixed_precision() -> None:
+    """ZeRO-3 with "bf16-mixed" gathers each layer in bf16 from fp32 shards (no autocast
+    copies): weights, gradients and states are 16 bytes per parameter over the GPUs, and the
+    forward holds what a pure bf16 ZeRO-3 run holds on top of its own weights and states."""
+    spec = get_preset("llama-2-70b")
+    buffers = 2 * 4 * (spec.head_dim // 2)
+    peaks = {}
+    for n in (8, 16, 32, 64):
+        r = _est("llama-2-70b", n_gpus=n, zero_stage=3)
+        e = r.settings["estimated"]
+        assert e["weight_bytes"] + e["gradient_bytes"] + e["optimizer_bytes"] - buffers == (
+            16 * spec.n_params // n)  # every dimension of Llama-2-70B divides by 64
+        assert any("MixedPrecisionPolicy" in a for a in r.assumptions)
+        assert not any("autocast's" in a for a in r.assumptions)
+        peaks[n] = r.total_bytes
+    assert peaks[16] < 0.55 * peaks[8] and peaks[32] < 0.65 * peaks[16]
+    assert peaks[32] < 80 * GB  # full fine-tuning of 70B fits on 32 A100/H100 80 GB
+    for model, kw in (("llama-2-7b", {}), ("gpt2", dict(method="lora", lora_dtype="bf16"))):
+        mixed = _est(model, n_gpus=4, zero_stage=3, device="cpu", **kw)
+        pure = _est(model, n_gpus=4, zero_stage=3, precision="bf16", device="cpu", **kw)
+
+        def forward_extra(r):
+            e = r.settings["estimated"]
+            return r.phase_peaks["forward"] - e["weight_bytes"] - e["optimizer_bytes"]
+
+        assert forward_extra(mixed) == forward_extra(pure)
+
+
+def test_zero_1_and_2_keep_autocast() -> None:
+    for zero in (0, 1, 2):
+        r = _est("llama-2-7b", n_gpus=4, zero_stage=zero)
+        assert any("autocast's bf16 copy" in a for a in r.assumptions)
+        assert not any("MixedPrecisionPolicy" in a for a in r.assumptions)
+    # autocast's copies of every layer (143 GB for 70B) would keep ZeRO-3 above that per GPU
+    assert _est("llama-2-70b", n_gpus=64, zero_stage=3).total_bytes < 50 * GB
+
+
+def test_gpt2_lora_uses_peft_default_targets() -> None:
+    spec = get_preset("gpt2")
+    r = _est("gpt2", method="lora")
+    assert r.settings["lora_targets"] == ["c_attn"]
+    assert r.settings["estimated"]["trainable_parameters"] == spec.lora_params(16, ("c_attn",))
+    assert any("peft's default target for gpt2" in a for a in r.assumptions)
+    for targets in (None, ("c_attn",)):
+        same = _est("gpt2", method="lora", lora_targets=targets)
+        assert same.total_bytes == r.total_bytes
+    llama = _est("llama-2-7b", method="lora")
+    assert llama.settings["lora_targets"] == ["q_proj", "v_proj"]
+    assert not any("peft's default target" in a for a in llama.assumptions)
+    assert _est("llama-2-7b", method="lora", lora_targets=None).total_bytes == llama.total_bytes
+    rec = lessonkit.recommend("gpt2", method="lora")
+    assert rec is not None
 
 
 def test_exported_from_the_package() -> None:

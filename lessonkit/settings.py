@@ -1,0 +1,136 @@
+"""The settings of one training run, checked once for estimate() and measure() alike.
+
+``validate_run`` turns the keyword arguments both functions take into a frozen ``RunSettings``
+or raises a LessonkitError saying what was wrong and what is allowed, so that the two accept
+exactly the same input and reject bad input with the same words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .errors import LessonkitError, choose, positive_int
+from .models import DEFAULT_LORA_TARGETS, ModelSpec
+from .options import ATTENTION, LORA_DTYPES, METHODS, OPTIMIZERS, PRECISIONS, ZERO_STAGES
+
+DEVICES = ("cuda", "cpu")
+MAX_BATCH = 4096
+MAX_SEQ = 1_048_576
+MAX_RANK = 65536
+MAX_GPUS = 1024
+MAX_ACCUMULATION = 4096
+FLAGS = ("gradient_checkpointing", "offload_optimizer", "double_quant")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One training run's choices, checked (see ``validate_run``); names as in estimate()."""
+
+    method: str
+    precision: str
+    optimizer: str
+    batch_size: int
+    seq_len: int
+    gradient_checkpointing: bool
+    lora_rank: int
+    lora_targets: tuple[str, ...] | str  # resolved: the model family's default filled in
+    n_gpus: int
+    zero_stage: int
+    attention: str
+    offload_optimizer: bool
+    double_quant: bool
+    lora_dtype: str
+    gradient_accumulation: int
+    device: str
+
+    @property
+    def mixed(self) -> bool:
+        """fp32 weights computed in 16 bits ("bf16-mixed", "fp16-mixed")."""
+        return self.precision.endswith("-mixed")
+
+    @property
+    def sharded_mixed(self) -> bool:
+        """ZeRO-3 with a "-mixed" precision: FSDP's mixed precision (each layer gathered in
+        16 bits, fp32 shards of the weights, gradients and states), not autocast."""
+        return self.zero_stage == 3 and self.mixed
+
+    def as_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not isinstance(self.lora_targets, str):
+            data["lora_targets"] = list(self.lora_targets)
+        return data
+
+
+def _flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise LessonkitError(f"{what} must be True or False, got {value!r}.")
+    return value
+
+
+def _targets(value: object) -> tuple[str, ...] | str | None:
+    """The LoRA targets as given (a tuple of names or 'all-linear'); None for the default."""
+    if value is None or value is DEFAULT_LORA_TARGETS:
+        return None
+    if isinstance(value, list):
+        value = tuple(value)
+    if value == "all-linear" or (isinstance(value, tuple) and value
+                                 and all(isinstance(t, str) for t in value)):
+        return value
+    raise LessonkitError(f"lora_targets must be a list of module names (e.g. "
+                         f"['q_proj', 'v_proj']) or 'all-linear', got {value!r}.")
+
+
+def _seq_len(value: object, spec: ModelSpec) -> int:
+    seq = positive_int(value, "seq_len", maximum=MAX_SEQ)
+    if spec.max_positions and seq > spec.max_positions:
+        raise LessonkitError(f"seq_len must be at most {spec.max_positions:,} for {spec.name} "
+                             f"(its learned position embeddings), got {seq:,}.")
+    return seq
+
+
+def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
+    """Check every argument of a run of ``spec``; raise LessonkitError saying what is allowed.
+
+    Takes the keyword arguments of estimate() (all of them). ``lora_targets`` left at its
+    default (or None) becomes the model family's peft default (``ModelSpec.default_lora_targets``).
+    """
+    zero = kw["zero_stage"]
+    if isinstance(zero, bool) or zero not in ZERO_STAGES:
+        raise LessonkitError(f"zero_stage must be one of {', '.join(map(str, ZERO_STAGES))}, "
+                             f"got {zero!r}.")
+    s = RunSettings(
+        method=choose(kw["method"], METHODS, "method"),
+        precision=choose(kw["precision"], PRECISIONS, "precision"),
+        optimizer=choose(kw["optimizer"], OPTIMIZERS, "optimizer"),
+        batch_size=positive_int(kw["batch_size"], "batch_size", maximum=MAX_BATCH),
+        seq_len=_seq_len(kw["seq_len"], spec),
+        gradient_checkpointing=_flag(kw["gradient_checkpointing"], "gradient_checkpointing"),
+        lora_rank=positive_int(kw["lora_rank"], "lora_rank", maximum=MAX_RANK),
+        lora_targets=spec.resolve_lora_targets(_targets(kw["lora_targets"])),
+        n_gpus=positive_int(kw["n_gpus"], "n_gpus", maximum=MAX_GPUS),
+        zero_stage=zero,
+        attention=choose(kw["attention"], ATTENTION, "attention"),
+        offload_optimizer=_flag(kw["offload_optimizer"], "offload_optimizer"),
+        double_quant=_flag(kw["double_quant"], "double_quant"),
+        lora_dtype=choose(kw["lora_dtype"], LORA_DTYPES, "lora_dtype"),
+        gradient_accumulation=positive_int(kw["gradient_accumulation"], "gradient_accumulation",
+                                           maximum=MAX_ACCUMULATION),
+        device=choose(kw["device"], DEVICES, "device"),
+    )
+    if s.method != "full":
+        spec.lora_shapes(s.lora_targets)  # raises, naming the targets this model has
+        if s.lora_rank > spec.hidden_size:
+            raise LessonkitError(f"lora_rank must be at most the hidden size of {spec.name} "
+                                 f"({spec.hidden_size}), got {s.lora_rank}.")
+    if s.method == "qlora" and s.precision in ("fp32", "bf16-master"):
+        raise LessonkitError(
+            f"QLoRA computes in 16 bits on 4-bit weights; precision {s.precision!r} makes no "
+            "sense with it. Use 'bf16-mixed' (or 'fp16-mixed' on GPUs without bf16) or 'bf16'.")
+    if s.offload_optimizer and s.zero_stage == 0:
+        raise LessonkitError("offload_optimizer needs ZeRO (zero_stage 1, 2 or 3): plain data "
+                             "parallelism keeps the optimizer states on the GPU.")
+    if s.method == "qlora" and s.zero_stage == 3:
+        raise LessonkitError("ZeRO-3 cannot shard 4-bit QLoRA weights in this calculator; use "
+                             "zero_stage 0, 1 or 2 with QLoRA.")
+    return s
