@@ -150,6 +150,8 @@ class BreakdownChart:
         self.legend = None
         self.show_other = False
         self.legend_version = 0
+        self.xlabels: tuple[str, ...] = ()
+        self._over_bars: list[Any] | None = None
 
     def _build(self, n: int) -> None:
         for container in self.containers.values():
@@ -167,6 +169,7 @@ class BreakdownChart:
         self.ax.set_xticks(x)
         self.ax.set_xlim(-0.6, n - 0.4 + (0.6 if n == 1 else 0.0))
         self.n_bars = n
+        self._over_bars = None
 
     def _legend(self, show_other: bool) -> None:
         keys = [*CATEGORIES, "other"] if show_other else list(CATEGORIES)
@@ -215,8 +218,10 @@ class BreakdownChart:
             text.set_color(ALERT_COLOR if big else "black")
             if big:
                 too_big.append(i)
-        self.ax.set_xticklabels(list(labels) if labels is not None
-                                else [default_label(r) for r in reports], fontsize=8)
+        xlabels = tuple(labels) if labels is not None else tuple(default_label(r) for r in reports)
+        if xlabels != self.xlabels:
+            self.ax.set_xticklabels(list(xlabels), fontsize=8)
+            self.xlabels = xlabels
         top = max([*(r.total_bytes / GB for r in reports), *(s for s, _ in self.lines)])
         top *= 1.4 if too_big else 1.15
         self.ax.set_ylim(0, top)
@@ -242,6 +247,39 @@ class BreakdownChart:
             text.set_visible(visible)
             if visible:
                 shown = size
+
+    def static_key(self) -> tuple:
+        """Changes whenever anything but the live artists (see ``live_artists``) changes: a
+        picture of the rest can be reused while it stays the same."""
+        return (self.legend_version, self.n_bars, tuple(self.ax.get_ylim()), self.xlabels)
+
+    def live_artists(self) -> list[Any]:
+        """What a control change redraws, in drawing order: bars, spines, GPU labels, peak labels,
+        the note and the title (spines and labels drawn over the bars, as in a full draw)."""
+        artists = [p for c in self.containers.values() for p in c.patches]
+        artists += [*self.ax.spines.values(), *self._gpu_texts_over_bars(), *self.peak_texts,
+                    self.note]
+        return sorted(artists, key=lambda a: a.get_zorder()) + [self.ax.title]
+
+    def _gpu_texts_over_bars(self) -> list[Any]:
+        # A GPU size label beside the bars never changes; only one a bar can reach must be
+        # drawn again over it. Neither the bars' nor the labels' x extent depends on the data.
+        if self._over_bars is None:
+            renderer = self.ax.figure._get_renderer()
+            to_display = self.ax.transData.transform
+            spans = []
+            for container in self.containers.values():
+                for patch in container.patches:
+                    x0, x1 = patch.get_x(), patch.get_x() + patch.get_width()
+                    spans.append((to_display((x0, 0))[0], to_display((x1, 0))[0]))
+                break  # every category's bars share the same x extents
+            over = []
+            for text in self.gpu_texts:
+                box = text.get_window_extent(renderer)
+                if any(box.x0 - 2 < b and a < box.x1 + 2 for a, b in spans):
+                    over.append(text)
+            self._over_bars = over
+        return self._over_bars
 
     def heights(self) -> list[dict[str, float]]:
         """GB per category of each bar, as drawn (for checks)."""

@@ -7,6 +7,9 @@ Redrawing: one matplotlib Figure per explorer is reused; a change updates its ar
 heights, texts, limits), renders it to PNG and replaces the contents of one ``Output`` widget of
 fixed height in a single step (what ``clear_output(wait=True)`` followed by ``display(fig)``
 does), so the page neither flickers nor jumps. ipympl is not used (it does not work on Colab).
+The memory calculator repaints only its bars and their labels over a saved picture of the rest
+while the axes stay the same (same pixels as a full draw; ``benchmarks/redraw.py`` times it).
+A control that moves another (a method brings its usual precision) redraws once.
 A callback never raises: a failing estimate is shown as a message in the readout.
 
 Where no widget frontend exists: displaying an explorer puts a PNG of its current chart in the
@@ -96,6 +99,7 @@ def _explorer_class() -> Any:
         def __init__(self, kind: str, controls: dict[str, Any], update: Callable[[Any], str],
                      figure: Any, layout_rows: list[list[str]],
                      static_key: Callable[[], Any] | None = None,
+                     live: Callable[[], list[Any]] | None = None,
                      link: Callable[[Any], None] | None = None, **attributes: Any) -> None:
             for key, value in attributes.items():
                 setattr(self, key, value)
@@ -110,10 +114,12 @@ def _explorer_class() -> Any:
             self.output.add_class("lessonkit-chart")
             self.error: BaseException | None = None
             self._png = b""
-            self._static_key = static_key
+            self._static_key = static_key if live is not None else None
+            self._live = live
             self._link = link
             self._linking = False
             self._background: Any = None
+            self._frame: Any = None
             self._background_key: Any = None
             boxes = [W.HBox([controls[n] for n in row if n in controls])
                      for row in layout_rows]
@@ -164,24 +170,44 @@ def _explorer_class() -> Any:
             if key is None:
                 canvas.draw()
             else:
-                # Repaint only the axes over a saved picture of the rest of the figure.
+                # Paint only the live artists over a saved picture of everything else. That
+                # picture is taken again when the key says the axes changed (limits, labels),
+                # over a saved picture of the figure without its axes (the legend), which is
+                # taken again when the legend changes (key[0]).
+                live = self._live()
                 if self._background is None or key != self._background_key:
-                    for ax in self.figure.axes:
-                        ax.set_visible(False)
-                    canvas.draw()
+                    if self._frame is None or key[0] != self._background_key[0]:
+                        for ax in self.figure.axes:
+                            ax.set_visible(False)
+                        try:
+                            canvas.draw()
+                        finally:
+                            for ax in self.figure.axes:
+                                ax.set_visible(True)
+                        self._frame = canvas.copy_from_bbox(self.figure.bbox)
+                    canvas.restore_region(self._frame)
+                    renderer = canvas.get_renderer()
+                    for artist in live:
+                        artist.set_animated(True)  # left out of the axes' draw
+                    try:
+                        for ax in self.figure.axes:
+                            ax.draw(renderer)
+                    finally:
+                        for artist in live:
+                            artist.set_animated(False)
                     self._background = canvas.copy_from_bbox(self.figure.bbox)
                     self._background_key = key
-                    for ax in self.figure.axes:
-                        ax.set_visible(True)
                 canvas.restore_region(self._background)
                 renderer = canvas.get_renderer()
-                for ax in self.figure.axes:
-                    ax.draw(renderer)
+                for artist in live:
+                    artist.draw(renderer)
             from PIL import Image
 
             width, height = canvas.get_width_height()
             image = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw",
                                      "RGBA", 0, 1)
+            if self.figure.get_facecolor()[3] == 1:  # opaque: RGB is the same picture, smaller
+                image = image.convert("RGB")
             buffer = io.BytesIO()
             image.save(buffer, format="png", compress_level=1)
             return buffer.getvalue()
@@ -407,6 +433,8 @@ def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defau
 
     ``defaults`` set the controls' starting values (e.g. ``method="full"``, ``batch_size=4``);
     other ``estimate`` keywords (e.g. ``attention="eager"``) are passed through unchanged.
+    Precision starts at, and follows, the method's usual one (``fitting.usual_precision``:
+    bf16-mixed for full fine-tuning, bf16 for LoRA and QLoRA) unless chosen afterwards.
     """
     values, fixed = _split_defaults(VRAM_CONTROLS, model, defaults)
     controls = _controls(VRAM_CONTROLS, values, continuous_update)
@@ -424,7 +452,8 @@ def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defau
         "vram", controls, update, figure,
         [["model", "method"], ["precision", "optimizer"], ["batch_size", "seq_len"],
          ["lora_rank", "gradient_checkpointing"], ["n_gpus", "zero_stage"]],
-        static_key=lambda: chart.legend_version, link=_precision_follows_method(controls),
+        static_key=chart.static_key, live=chart.live_artists,
+        link=_precision_follows_method(controls),
         chart=chart, report=None)
 
 
@@ -605,7 +634,8 @@ def decision_readout(path: list[str], rec: Any) -> str:
         price = "free" if option.price_per_hour == 0 else f"${option.price_per_hour:,.2f}/h"
         if option.purchase_usd:
             low, high = (v * option.count for v in option.purchase_usd)
-            price += f" (buying the card${'s' if option.count > 1 else ''}: ${low:,.0f}-{high:,.0f}, spread over its hours)"
+            cards = "cards" if option.count > 1 else "card"
+            price += f" (buying the {cards}: ${low:,.0f}-{high:,.0f}, spread over its hours)"
         label = method_label(method, get_gpu(option.gpu).native_bf16)
         s = option.settings
         run = f"batch {s['batch_size']} x {s['seq_len']}" + (

@@ -112,6 +112,39 @@ def test_update_changes_the_same_artists_in_place():
     assert chart.heights()[0]["optimizer"] == pytest.approx(560.0)
 
 
+def test_static_key_and_live_artists_split_what_a_data_change_redraws():
+    ax = new_ax()
+    chart = charts.draw_breakdown(ax, SMALL)
+    key = chart.static_key()
+    live = chart.live_artists()
+    patches = [p for c in chart.containers.values() for p in c.patches]
+    assert set(patches) <= set(live) and chart.peak_texts[0] in live and chart.note in live
+    assert live[-1] is ax.title
+    zorders = [a.get_zorder() for a in live[:-1]]
+    assert zorders == sorted(zorders)  # bars first, labels over them, as a full draw
+    smaller = make_report(weights=10e9, activations=2e9)
+    chart.update(smaller)  # under the largest GPU line: the axes stay the same
+    assert chart.static_key() == key
+    chart.update(HUGE)
+    assert chart.static_key() != key
+    chart.update([SMALL, HUGE])
+    assert chart.static_key()[1] == 2
+
+
+def test_only_gpu_labels_a_bar_can_reach_are_redrawn_over_the_bars():
+    one = charts.draw_breakdown(new_ax(), SMALL)
+    assert not set(one.gpu_texts) & set(one.live_artists())  # labels at the right, clear of it
+    reports = [SMALL] * 8
+    many = charts.draw_breakdown(new_ax(), reports)
+    over = set(many.gpu_texts) & set(many.live_artists())
+    assert over  # the rightmost bars run under the labels
+    renderer = many.ax.figure._get_renderer()
+    last = many.containers["weights"].patches[-1]
+    left = many.ax.transData.transform((last.get_x(), 0))[0]
+    for text in over:
+        assert text.get_window_extent(renderer).x1 >= left - 2
+
+
 def test_bad_inputs_are_clear_errors():
     with pytest.raises(LessonkitError, match="labels"):
         charts.draw_breakdown(new_ax(), [SMALL, HUGE], labels=["one"])

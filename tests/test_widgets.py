@@ -200,6 +200,22 @@ def test_each_redraw_shows_one_png_of_the_current_chart(vram):
     assert vram.output.layout.height == f"{height + 8}px"  # fixed height: nothing jumps
 
 
+def test_a_redraw_paints_the_same_picture_as_a_full_draw(vram):
+    import numpy as np
+    from PIL import Image
+
+    changes = [("batch_size", 7), ("seq_len", 4096), ("method", "lora"), ("batch_size", 64),
+               ("lora_rank", 256), ("model", "70B"), ("batch_size", 2), ("n_gpus", 8),
+               ("zero_stage", 3), ("seq_len", 1024), ("model", "gpt2")]
+    for name, value in changes:
+        vram.controls[name].value = value
+        assert vram.error is None, vram.error
+        shown = np.asarray(Image.open(io.BytesIO(vram._png)).convert("RGB"))
+        vram.figure.canvas.draw()
+        full = np.asarray(vram.figure.canvas.buffer_rgba())[:, :, :3]
+        assert shown.shape == full.shape and (shown == full).all(), (name, value)
+
+
 def test_static_fallback_in_the_display_bundle(vram, monkeypatch):
     bundle = vram._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
