@@ -148,7 +148,8 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 RECOMMEND_EPILOG = """budget: dollars per hour for the whole setup (2.5 or '$2.5/h'), or free, low
-(at most $2/h) or high (no limit; buying a workstation is considered).
+(at most $2/h) or high (no limit). With no budget or high, buying a workstation is compared
+(its price spread over its working hours); a cost per hour leaves it out, and says so.
 platform: an environment (colab, kaggle, lambda, runpod, vast.ai, sagemaker, vertex, azure,
 local) or a tier (hobbyist, engineer, enterprise).
 
