@@ -22,7 +22,8 @@ x (forward with loss, backward), then ``optimizer.step()``. Categories at the pe
 ``parameter_bytes`` (parameters only), ``buffer_bytes`` (buffers, e.g. rotary tables and QLoRA's
 packed weights), ``gradient_bytes``, ``optimizer_bytes``, ``trainable_parameters``, the attention
 implementation used, per-micro-batch forward peaks with gradient accumulation, and on a GPU the
-allocator's and driver's figures. Several GPUs are simulated for rank 0 (see standins.Parallel).
+allocator's and driver's figures. Several GPUs are simulated for rank 0 (see standins.Parallel);
+ZeRO-3 with a "-mixed" precision runs FSDP2's MixedPrecisionPolicy instead of autocast.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ tensor; the activations are what each operator of the model saves for backward
 - backward: at its start the log-softmax's gradient joins the saved activations; then, layer
   by layer, activations are freed while gradients appear; at its end every gradient exists;
 - optimizer: weights + gradients + states + the step's own temporaries.
+
+Under ZeRO-3 (FSDP) the forward and the backward are followed layer by layer as well (gathered
+layers, unsharded gradients, reduce-scatter buffers); with a "-mixed" precision ZeRO-3 is FSDP's
+mixed precision (layers gathered in 16 bits from fp32 shards), not autocast.
 """
 
 from __future__ import annotations
