@@ -186,7 +186,8 @@ class _Step:
         self.fsdp: dict[str, int] = {}
         if zero == 3:
             self.fsdp = self._fsdp_buffers(layer_params, root_params, local)
-            first = max(a * b for a, b in spec.linear_shapes().values())
+            # the first unsharded gradient of a layer's backward (down_proj's, when trained)
+            first = max(a * b for a, b in spec.linear_shapes().values()) if full else 0
             self.fsdp_first_grad = (self.c if self.sharded_mixed else self.wp) * first
             # the root's parameters (embeddings, final norm, lm_head) stay gathered for the
             # whole forward and backward; a decoder layer's gathered buffer is held until
@@ -356,7 +357,7 @@ class _Step:
             inside = dict(start, activations=start["activations"] - 2 * p * t * h + in_layer,
                           temporaries=start["temporaries"] - (0 if k < layers - 1 else
                                                               f["layer_flat"])
-                          + (f["layer_grads"] and self.fsdp_first_grad))
+                          + self.fsdp_first_grad)
             moments += [start, inside, end, reduce]
         layer_grads = self.gradients - f["root_shard"]
         root = dict(static, gradients=layer_grads, activations=self.inputs + 2 * p * t * h,
