@@ -7,6 +7,7 @@ Exit codes: 0 success (for ``vram --gpu``: it fits), 1 does not fit / no usable 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -192,6 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LessonkitError as err:
         print(f"lessonkit {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader went away (e.g. `lessonkit recommend ... | head`): stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -72,3 +72,11 @@ def test_ci_runs_the_readme_test_command():
     assert len(commands) == 2, commands
     test_command = commands[1]
     assert test_command in (ROOT / ".ci" / "run").read_text()
+
+
+def test_cli_output_piped_into_a_closed_reader_does_not_crash():
+    run = subprocess.run(
+        f"{sys.executable} -m lessonkit recommend --model 7B | head -c 10",
+        shell=True, capture_output=True, text=True, executable="/bin/bash",
+    )
+    assert "Traceback" not in run.stderr and "BrokenPipeError" not in run.stderr
