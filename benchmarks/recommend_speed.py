@@ -29,14 +29,14 @@ def main() -> None:
     args = parser.parse_args()
 
     import lessonkit
-    from lessonkit.fitting import _estimate
+    from lessonkit.fitting import clear_estimate_cache
 
     cases = {"7B, low budget": dict(model="7B", budget="low"),
              "70B, 20M tokens": dict(model="70B", tokens="20M"),
              "2T full (nothing fits)": dict(model="2T", method="full")}
     for name, kwargs in cases.items():
         def cold() -> None:
-            _estimate.cache_clear()
+            clear_estimate_cache()
             lessonkit.recommend(**kwargs)
         print(f"recommend {name:<24} cold {median_ms(cold, args.repeats):8.1f} ms   "
               f"cached {median_ms(lambda: lessonkit.recommend(**kwargs), args.repeats):8.1f} ms")

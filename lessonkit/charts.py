@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import LessonkitError, choose
 from .report import CATEGORIES, LABELS, MemoryReport
-from .units import GB, parse_count
+from .units import GB, GiB, parse_count
 
 # Fixed colours, so a category looks the same in every chart of the course.
 CATEGORY_COLORS = {
@@ -49,7 +49,15 @@ def catalog_gpus() -> list[Any]:
 def gpu_memory_bytes(gpu: Any) -> float:
     value = field(gpu, "memory_bytes")
     if value is None:
-        value = float(field(gpu, "memory_gb", default=0)) * GB
+        value = gpu_memory_gb(gpu) * GiB  # GPU memory comes in binary sizes: "80 GB" is 80 GiB
+    return float(value)
+
+
+def gpu_memory_gb(gpu: Any) -> float:
+    """The size a card is sold as (80 for an "80 GB" A100)."""
+    value = field(gpu, "memory_gb")
+    if value is None:
+        return float(field(gpu, "memory_bytes", default=0)) / GiB
     return float(value)
 
 
@@ -88,7 +96,7 @@ def size_lines(gpu_sizes: Iterable[float] | None = None,
     gpus = catalog_gpus() if gpus is None else gpus
     lines = []
     for size in sorted(float(s) for s in (gpu_sizes or COMMON_GPU_SIZES_GB)):
-        same = [g for g in gpus if abs(gpu_memory_bytes(g) / GB - size) < 0.5]
+        same = [g for g in gpus if abs(gpu_memory_gb(g) - size) < 0.5]
         # The guide's GPUs first, then the ones you can rent, then by name.
         same.sort(key=lambda g: (not field(g, "in_guide", default=False),
                                  field(g, "price_per_hour") is None, gpu_label(g)))
@@ -314,7 +322,7 @@ def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any]) -> dict[str
     bars = ax.barh(y, sizes, height=0.65, color=[FIT_COLOR if f else NO_FIT_COLOR for f in fits],
                    edgecolor=["black" if g else "none" for g in guide], linewidth=1.4, zorder=2)
     ax.set_yticks(y)
-    ax.set_yticklabels([f"{gpu_label(g)}{' *' if gd else ''} ({gpu_memory_bytes(g) / GB:g} GB)"
+    ax.set_yticklabels([f"{gpu_label(g)}{' *' if gd else ''} ({gpu_memory_gb(g):g} GB)"
                         for g, gd in zip(gpus, guide)], fontsize=8)
     for tick, gd in zip(ax.get_yticklabels(), guide):
         tick.set_fontweight("bold" if gd else "normal")

@@ -109,7 +109,7 @@ def run_vram(args: argparse.Namespace) -> int:
         if gpu is not None:
             need, have = report.total_bytes / 1e9, gpu.usable_bytes / 1e9
             verdict = "fits" if fits else "does NOT fit"
-            print(f"\n{gpu.name}: {have:.1f} GB usable of {gpu.memory_gb:g} GB; this run needs "
+            print(f"\n{gpu.name}: {have:.1f} GB usable of {gpu.memory_bytes / 1e9:.1f} GB; this run needs "
                   f"{need:.1f} GB per GPU: it {verdict}"
                   + ("" if fits else f" (short by {need - have:.1f} GB)") + ".")
     return EXIT_NO if fits is False else EXIT_OK
@@ -170,6 +170,9 @@ def add_recommend_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", help="dollars per hour, or free / low / high")
     parser.add_argument("--platform", help="an environment or a tier")
     parser.add_argument("--tokens", help="training tokens (e.g. 50M) for the time and cost of the run")
+    parser.add_argument("--batch-size", type=int, default=4,
+                        help="sequences per step to try first (default: 4; halved until it fits)")
+    parser.add_argument("--seq-len", type=int, default=512, help="tokens per sequence (default: 512)")
     parser.add_argument("--mfu", type=float, default=0.35,
                         help="model-FLOPs utilisation assumed for the time (default: 0.35)")
     parser.add_argument("--limit", type=int, default=10, help="options to print (default: 10)")
@@ -181,7 +184,8 @@ def run_recommend(args: argparse.Namespace) -> int:
     from .recommender import recommend
 
     rec = recommend(args.model, method=args.method, budget=args.budget, platform=args.platform,
-                    tokens=args.tokens, mfu=args.mfu)
+                    tokens=args.tokens, mfu=args.mfu, batch_size=args.batch_size,
+                    seq_len=args.seq_len)
     print(rec.to_json() if args.json else rec.text(max(args.limit, 0)))
     return EXIT_OK if rec.options else EXIT_NO
 

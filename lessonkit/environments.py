@@ -71,6 +71,15 @@ class Environment:
             cost += sum(offer.purchase_usd) / 2 / self.amortize_hours
         return cost
 
+    def hourly_range(self, offer: Offer) -> tuple[float, float]:
+        """Lowest and highest dollars per GPU-hour, counted like ``hourly_cost``: bought hardware
+        adds its cheapest and dearest purchase price spread over its hours."""
+        low, high = offer.price_per_hour.low, offer.price_per_hour.high
+        if offer.purchase_usd and self.amortize_hours:
+            low += offer.purchase_usd[0] / self.amortize_hours
+            high += offer.purchase_usd[1] / self.amortize_hours
+        return low, high
+
     @property
     def free(self) -> bool:
         """True when every GPU it offers costs nothing."""
@@ -82,9 +91,10 @@ class Environment:
 
     @property
     def price_range(self) -> tuple[float, float]:
-        """Cheapest and dearest $/GPU-hour over the GPUs offered."""
-        return (min(o.price_per_hour.low for o in self.offers),
-                max(o.price_per_hour.high for o in self.offers))
+        """Cheapest and dearest $/GPU-hour over the GPUs offered (bought hardware included at
+        its price spread over its hours, as ``hourly_range``)."""
+        ranges = [self.hourly_range(o) for o in self.offers]
+        return min(low for low, _ in ranges), max(high for _, high in ranges)
 
     def offer(self, gpu: str | GPU) -> Offer:
         """The offer for one GPU; LessonkitError naming the GPUs offered otherwise."""
@@ -105,6 +115,8 @@ class Environment:
     def __str__(self) -> str:
         low, high = self.price_range
         price = "free" if high == 0 else f"${low:.2f}-{high:.2f} per GPU-hour"
+        if self.amortize_hours and any(o.purchase_usd for o in self.offers):
+            price += f" (the card's price spread over {self.amortize_hours:,.0f} h, plus power)"
         return (f"{self.name} (tier {self.tier}, {self.tier_name}): "
                 f"{', '.join(g.name for g in self.gpus)}; {price}")
 

@@ -1,8 +1,9 @@
 """The expected answer of each exercise, computed from lessonkit when it is checked.
 
 Each function registered with ``@_expects(question_id)`` asks the calculator or the catalogs, so
-an answer cannot drift from what the course teaches. The question texts, units, tolerances and
-hints are in ``data/exercises.json``; the bandwidth ladder is in ``data/bandwidth.json``.
+an answer cannot drift from what the course teaches (uncached: a change to the calculator shows
+at the next check). The question texts, units, tolerances and hints are in
+``data/exercises.json``; the bandwidth ladder is in ``data/bandwidth.json``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Callable
 
+from . import vram
 from .errors import LessonkitError, normalise_name, unknown_name_message
 from .faketorch import fake_torch
 from .units import GB, GiB
@@ -68,12 +70,6 @@ def bandwidth_ladder() -> list[dict[str, Any]]:
 
 
 # ----- expected answers, computed from lessonkit ---------------------------------------------
-def _estimate(model: object = "7B", **settings: Any) -> Any:
-    from .vram import estimate
-
-    return estimate(model, **settings)
-
-
 def _gpu(name: str) -> Any:
     from .gpus import get_gpu
 
@@ -124,25 +120,25 @@ _METHOD_PRECISION = {"full": "bf16-mixed", "lora": "bf16", "qlora": "bf16"}
 
 
 def _method_run(model: object, method: str, **settings: Any) -> Any:
-    return _estimate(model, method=method, precision=_METHOD_PRECISION[method], **settings)
+    return vram.estimate(model, method=method, precision=_METHOD_PRECISION[method], **settings)
 
 
 @_expects("01.1")
 def _weights_16bit() -> float:
-    return _estimate("7B", precision="bf16").breakdown["weights"]
+    return vram.estimate("7B", precision="bf16").breakdown["weights"]
 
 
 @_expects("01.2")
 def _bytes_per_param_full() -> float:
-    report = _estimate("7B", precision="bf16-mixed", optimizer="adamw")
+    report = vram.estimate("7B", precision="bf16-mixed", optimizer="adamw")
     b = report.breakdown
     return (b["weights"] + b["gradients"] + b["optimizer"]) / report.model.n_params
 
 
 @_expects("01.3")
 def _optimizer_over_weights() -> float:
-    states = _estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown["optimizer"]
-    return states / _estimate("7B", precision="bf16").breakdown["weights"]
+    states = vram.estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown["optimizer"]
+    return states / vram.estimate("7B", precision="bf16").breakdown["weights"]
 
 
 @_expects("01.4")
@@ -154,13 +150,13 @@ def _lora_params() -> float:
 
 @_expects("01.5")
 def _largest_category() -> str:
-    breakdown = _estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown
+    breakdown = vram.estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown
     return max(breakdown, key=breakdown.get)
 
 
 def _full_7b(**change: Any) -> Any:
     base = dict(bank()["02.3"]["base"])
-    return _estimate(base.pop("model"), **(base | change))
+    return vram.estimate(base.pop("model"), **(base | change))
 
 
 @_expects("02.1")
@@ -180,7 +176,7 @@ def _changes_that_fit() -> set[str]:
 
 
 def _lora_7b_batch4() -> Any:
-    return _estimate("7B", method="lora", precision="bf16", batch_size=4, seq_len=1024)
+    return vram.estimate("7B", method="lora", precision="bf16", batch_size=4, seq_len=1024)
 
 
 @_expects("02.4")
@@ -219,7 +215,7 @@ def _cheapest_environments(run: Any) -> set[str]:
 
 @_expects("03.1")
 def _cheapest_for_qlora() -> set[str]:
-    return _cheapest_environments(_estimate("7B", method="qlora", precision="bf16"))
+    return _cheapest_environments(vram.estimate("7B", method="qlora", precision="bf16"))
 
 
 @_expects("03.2")
@@ -251,8 +247,8 @@ def _lora_batch4_fits_t4() -> str:
 def _fewest_a100s(method: str, precision: str) -> int:
     a100 = _gpu("A100 80GB")
     for n in range(1, 257):
-        if a100.fits(_estimate("llama-2-70b", method=method, precision=precision,
-                               n_gpus=n, zero_stage=3)):
+        if a100.fits(vram.estimate("llama-2-70b", method=method, precision=precision,
+                                   n_gpus=n, zero_stage=3)):
             return n
     raise LessonkitError(f"{method} of 70B does not fit on 256 A100s")
 
@@ -272,15 +268,15 @@ def _methods_on_8_a100s() -> set[str]:
     a100 = _gpu("A100 80GB")
     settings = bank()["04.3"]["method_settings"]
     return {m for m, kw in settings.items()
-            if a100.fits(_estimate("llama-2-70b", method=m, n_gpus=8, **kw))}
+            if a100.fits(vram.estimate("llama-2-70b", method=m, n_gpus=8, **kw))}
 
 
 @_expects("04.4")
 def _gpus_under_half_a_dollar() -> set[str]:
     from .gpus import list_gpus
 
-    run = _estimate("llama-3.1-8b", method="qlora", precision="bf16", batch_size=4, seq_len=1024,
-                    gradient_checkpointing=True)
+    run = vram.estimate("llama-3.1-8b", method="qlora", precision="bf16", batch_size=4,
+                        seq_len=1024, gradient_checkpointing=True)
     return {g.name for g in list_gpus()
             if g.price_per_hour is not None and g.price_per_hour.typical <= 0.5 and g.fits(run)}
 
@@ -320,8 +316,9 @@ def _health_check_cases() -> list[tuple[str, types.ModuleType, Callable[[str], s
 
 
 @_expects("05.2")
-def _t4_in_gib() -> float:
-    return _gpu("T4").memory_bytes / GiB
+def _t4_memory_not_offered() -> float:
+    t4 = _gpu("T4")
+    return (t4.memory_bytes - t4.usable_bytes) / GiB
 
 
 @_expects("05.3")
@@ -353,8 +350,8 @@ def _pcie4_over_hbm3() -> float:
 
 @_expects("06.4")
 def _fourteen_gb_model() -> dict[str, float]:
-    report = _estimate("7B", method="full", precision="bf16", optimizer="adamw",
-                       batch_size=1, seq_len=512)
+    report = vram.estimate("7B", method="full", precision="bf16", optimizer="adamw",
+                           batch_size=1, seq_len=512)
     b = report.breakdown
     # At this run's peak (the optimizer step) the activations are already freed: take what
     # the forward pass adds on top of the weights and optimizer states.
@@ -370,6 +367,7 @@ def _largest_qlora_preset() -> set[str]:
 
     gpu = _gpu("RTX 4090")
     fitting = [get_preset(n) for n in preset_names()
-               if gpu.fits(_estimate(n, method="qlora", precision="bf16", lora_targets="all-linear"))]
+               if gpu.fits(vram.estimate(n, method="qlora", precision="bf16",
+                                         lora_targets="all-linear"))]
     most = max(spec.n_params for spec in fitting)
     return {spec.name for spec in fitting if spec.n_params == most}

@@ -282,7 +282,7 @@ def _bare_bytes(value: float) -> float:
 _EXAMPLES = {"GB": "'13.5 GB' or 13.5 (GB)", "s": "'0.15 s' or 0.15 (seconds)",
              "h": "'10 h' or 10 (hours)", "$": "'$12.50' or 12.5", "$/h": "'$1.29/h' or 1.29",
              "x": "'4x' or 4", "B/param": "'16 B/param' or 16", "params": "'8.4M' or 8.4e6",
-             "GPUs": "2", "GiB": "'14.9 GiB' or 14.9"}
+             "GPUs": "2", "GiB": "'2.5 GiB' or 2.5"}
 
 
 def _format(value: float, unit: str) -> str:

@@ -14,11 +14,13 @@ checkpointing) down to 1; gradient accumulation restores the effective batch.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .gpus import GPU, list_gpus
+from .gpus import GPU, get_gpu, list_gpus
 from .models import ModelSpec
 from .units import GiB
 
@@ -36,16 +38,21 @@ CHECKPOINT_FLOPS = 2  # gradient checkpointing recomputes the forward
 # 1.4x LoRA's time on the same GPU (S. Raschka, "Practical Tips for Finetuning LLMs Using LoRA",
 # 2023: 39% longer for 33% less memory).
 QLORA_SLOWDOWN = 1.4
-ASSUMPTIONS = (
-    f"Training compute = {FLOPS_PER_PARAM['full']} x parameters x tokens FLOPs for full "
-    f"fine-tuning (Kaplan et al. 2020), {FLOPS_PER_PARAM['lora']} x for LoRA/QLoRA (no weight "
-    f"gradients), +{CHECKPOINT_FLOPS} x with gradient checkpointing; QLoRA takes "
-    f"{QLORA_SLOWDOWN:g}x LoRA's time for dequantization (Raschka 2023).",
-    "Time = FLOPs / (GPUs x dense bf16 TFLOPS x MFU); several GPUs are assumed to scale "
-    "linearly, which is optimistic over PCIe.",
-    "Memory: estimate(device='cuda') per GPU against the memory one device offers "
-    "(total_memory, e.g. 15.0 GiB on a 16 GB T4).",
-)
+
+
+def assumptions() -> list[str]:
+    """What the fits, times and costs assume (the memory example read from the GPU catalog)."""
+    t4 = get_gpu("T4")
+    return [
+        f"Training compute = {FLOPS_PER_PARAM['full']} x parameters x tokens FLOPs for full "
+        f"fine-tuning (Kaplan et al. 2020), {FLOPS_PER_PARAM['lora']} x for LoRA/QLoRA (no weight "
+        f"gradients), +{CHECKPOINT_FLOPS} x with gradient checkpointing; QLoRA takes "
+        f"{QLORA_SLOWDOWN:g}x LoRA's time for dequantization (Raschka 2023).",
+        "Time = FLOPs / (GPUs x dense bf16 TFLOPS x MFU); several GPUs are assumed to scale "
+        "linearly, which is optimistic over PCIe.",
+        "Memory: estimate(device='cuda') per GPU against the memory one device offers "
+        f"(total_memory, e.g. about {t4.usable_text} on a {t4.memory_gb:g} GB T4).",
+    ]
 
 
 @dataclass(frozen=True)
@@ -105,13 +112,45 @@ def zero_for(method: str, count: int) -> int | None:
     return None if method == "qlora" else 3
 
 
+# ----- estimate() with a cache -------------------------------------------------------------
 @lru_cache(maxsize=8192)
-def _estimate(spec: ModelSpec, method: str, native_bf16: bool, count: int, zero: int,
-              batch: int, seq: int, ckpt: bool) -> Any:
+def _cached_estimate(model: Any, key: tuple[tuple[str, type, Any], ...]) -> Any:
     from .vram import estimate
 
-    return estimate(spec, **method_settings(method, native_bf16), batch_size=batch, seq_len=seq,
-                    gradient_checkpointing=ckpt, n_gpus=count, zero_stage=zero, device="cuda")
+    return estimate(model, **{name: value for name, _, value in key})
+
+
+def estimate_cached(model: Any, **settings: Any) -> Any:
+    """``estimate(model, **settings)``, cached for repeated arguments.
+
+    Each call returns its own copy, so a caller may change the report without touching the
+    cache; unhashable arguments (a config dict, a list of targets) are estimated afresh.
+    """
+    # The type is part of the key: True == 1 and 4 == 4.0 must not share an entry.
+    key = tuple((name, type(value), value) for name, value in sorted(settings.items()))
+    try:
+        hash((model, key))
+    except TypeError:
+        from .vram import estimate
+
+        return estimate(model, **settings)
+    report = _cached_estimate(model, key)
+    return dataclasses.replace(report, settings=copy.deepcopy(report.settings),
+                               breakdown=dict(report.breakdown),
+                               phase_peaks=dict(report.phase_peaks),
+                               assumptions=list(report.assumptions))
+
+
+def clear_estimate_cache() -> None:
+    """Empty the cache of estimate_cached (for timing cold calls)."""
+    _cached_estimate.cache_clear()
+
+
+def _estimate(spec: ModelSpec, method: str, native_bf16: bool, count: int, zero: int,
+              batch: int, seq: int, ckpt: bool) -> Any:
+    return estimate_cached(spec, **method_settings(method, native_bf16), batch_size=batch,
+                           seq_len=seq, gradient_checkpointing=ckpt, n_gpus=count,
+                           zero_stage=zero, device="cuda")
 
 
 def _batches(batch: int) -> list[tuple[int, bool]]:
@@ -169,8 +208,6 @@ def smallest_setups(spec: ModelSpec, method: str, *, batch_size: int = DEFAULT_B
         if fit is not None and fit.fits:
             out["single"] = (gpu, fit)
             break
-    from .gpus import get_gpu
-
     largest = max(rentable_gpus(), key=lambda g: g.usable_bytes)
     for key, gpu in (("a100", get_gpu("A100 80GB")), ("largest", largest)):
         for count in NODE_COUNTS + CLUSTER_COUNTS:

@@ -14,7 +14,7 @@ from importlib import resources
 from typing import Any
 
 from .errors import LessonkitError, normalise_name, unknown_name_message
-from .units import GB, GiB
+from .units import GiB
 
 # Words that vendors put in front of a device name ("NVIDIA GeForce RTX 4090", "Tesla T4").
 _VENDOR_WORDS = ("nvidia", "amd", "geforce", "tesla", "instinct", "radeon")
@@ -49,8 +49,10 @@ class Price:
 class GPU:
     """One GPU model of the catalog.
 
-    ``memory_gb``/``memory_bytes`` are the datasheet figure; ``usable_bytes`` is what one device
-    offers to PyTorch (``total_memory``), the figure a run's peak must fit in.
+    ``memory_gb`` is the datasheet figure. GPU memory comes in binary sizes, so it is read as GiB:
+    an "80 GB" A100 has 80 GiB (81920 MiB) of memory chips and ``memory_bytes`` is
+    ``memory_gb * 2**30``. ``usable_bytes`` is what one device offers to PyTorch
+    (``total_memory``: less ECC and what the driver reserves), the figure a run's peak must fit in.
     """
 
     name: str
@@ -78,8 +80,8 @@ class GPU:
 
     @property
     def memory_bytes(self) -> int:
-        """Datasheet memory in bytes (decimal GB, as vendors print it)."""
-        return int(self.memory_gb * GB)
+        """Datasheet memory in bytes, read in binary units: memory_gb * 2**30."""
+        return int(self.memory_gb * GiB)
 
     @property
     def usable_bytes(self) -> int:
@@ -87,9 +89,15 @@ class GPU:
         return int(self.usable_memory_gib * GiB)
 
     @property
+    def usable_text(self) -> str:
+        """The usable memory as the catalog gives it, e.g. '79.2 GiB' or '14.75 GiB'."""
+        gib = self.usable_memory_gib
+        return f"{gib:.1f} GiB" if round(gib, 1) == gib else f"{gib:.2f} GiB"
+
+    @property
     def label(self) -> str:
-        """E.g. 'T4 (15.0 GiB usable)'."""
-        return f"{self.name} ({self.usable_memory_gib:.1f} GiB usable)"
+        """E.g. 'A100 80GB (79.2 GiB usable)'."""
+        return f"{self.name} ({self.usable_text} usable)"
 
     def fits(self, report: Any) -> bool:
         """True when a MemoryReport's per-GPU peak fits in one device of this GPU."""
@@ -116,7 +124,7 @@ class GPU:
     def __str__(self) -> str:
         price = self.price_per_hour
         return (f"{self.name}: {self.memory_gb:g} GB {self.memory_type} "
-                f"({self.usable_memory_gib:.1f} GiB usable), {self.bandwidth_gbs:g} GB/s, "
+                f"({self.usable_text} usable), {self.bandwidth_gbs:g} GB/s, "
                 f"{self.bf16_tflops:g} dense TFLOPS, native bf16 {'yes' if self.native_bf16 else 'no'}, "
                 f"CC {self.compute_capability}, {price if price else 'price n/a'}")
 

@@ -25,6 +25,7 @@ from .units import GiB
 
 STATUSES = ("ok", "warning", "no_gpu", "error")
 SEVERITIES = ("error", "warning", "info")
+SMOKE_SKIPPED = "skipped"  # Device.smoke_test with check_gpu_health(smoke_test=False)
 
 
 @dataclass
@@ -55,13 +56,18 @@ class Device:
     tf32: bool | None = None
     multiprocessors: int | None = None
     kernels_in_wheel: bool | None = None           # the wheel has kernels for this arch
-    smoke_test: str = "not run"                   # "passed", "failed: ...", "not run"
+    smoke_test: str = "not run"                   # "passed", "failed: ...", "skipped", "not run (...)"
     source: str = "torch"                         # "torch" or "nvml"
     catalog_name: str | None = None
 
     @property
     def usable(self) -> bool:
-        return self.smoke_test == "passed"
+        """PyTorch can run kernels on it: the smoke test passed, or was skipped on a device
+        PyTorch sees whose architecture the wheel is not known to lack."""
+        if self.smoke_test == "passed":
+            return True
+        return (self.smoke_test == SMOKE_SKIPPED and self.source == "torch"
+                and self.kernels_in_wheel is not False)
 
     def label(self) -> str:
         mem = f"{self.total_memory_bytes / GiB:.1f} GiB" if self.total_memory_bytes else "? GiB"
@@ -203,16 +209,35 @@ def check_gpu_health(model: Any = "7B", *, smoke_test: bool = True) -> HealthRep
     try:
         return _check(model, smoke_test)
     except Exception as err:  # the last line of defence: a report, never a traceback
-        report = HealthReport(model=repr(model), status="error")
-        report.add("check_failed", "error", f"The health check failed: {type(err).__name__}: {err}",
+        report = HealthReport(model=safe_text(model, name=True), status="error")
+        report.add("check_failed", "error", f"The health check failed: {describe_error(err)}",
                    "Please report this with the output of `python -m torch.utils.collect_env`.")
         return report
+
+
+def safe_text(value: Any, *, name: bool = False, quoted: bool = False) -> str:
+    """``str(value)`` for a report (its ``.name`` with name=True, ``repr`` with quoted=True),
+    whatever the object's methods do."""
+    ways = [lambda: repr(value)] if quoted else [lambda: str(value), lambda: repr(value)]
+    if name:
+        ways.insert(0, lambda: str(value.name))
+    for way in ways:
+        try:
+            return way()
+        except Exception:
+            pass
+    return f"<{type(value).__name__} object>"
+
+
+def describe_error(err: BaseException) -> str:
+    """'TypeError: message', even for an exception whose message cannot be shown."""
+    return f"{type(err).__name__}: {safe_text(err)}"
 
 
 def _check(model: Any, smoke_test: bool) -> HealthReport:
     from . import probes
 
-    report = HealthReport(model=str(getattr(model, "name", model)))
+    report = HealthReport(model=safe_text(model, name=True))
     report.versions["python"] = _pyplatform.python_version()
     steps = (
         ("platform", lambda: setattr(report, "platform", detect_platform())),
@@ -226,7 +251,7 @@ def _check(model: Any, smoke_test: bool) -> HealthReport:
                 warnings.simplefilter("ignore")
                 step()
         except Exception as err:  # a probe must never take the whole check down
-            report.add("check_failed", "warning", f"The {name} probe failed: {type(err).__name__}: {err}",
+            report.add("check_failed", "warning", f"The {name} probe failed: {describe_error(err)}",
                        "Please report this with the output of `python -m torch.utils.collect_env`.")
     report.status = _status(report)
     try:
@@ -234,7 +259,7 @@ def _check(model: Any, smoke_test: bool) -> HealthReport:
 
         report.verdict = health_verdict(report, model)
     except Exception as err:
-        report.verdict = [f"No verdict: {type(err).__name__}: {err}"]
+        report.verdict = [f"No verdict: {describe_error(err)}"]
     return report
 
 

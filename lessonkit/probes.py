@@ -11,7 +11,7 @@ import re
 import warnings
 from typing import Any
 
-from .health import Device, HealthReport
+from .health import SMOKE_SKIPPED, Device, HealthReport
 from .units import GB, GiB
 
 TORCH_INSTALL = "https://pytorch.org/get-started/locally/"
@@ -115,9 +115,10 @@ def _cpu_only_wheel(report: HealthReport) -> None:
         report.add("cpu_only_wheel", "error",
                    f"This PyTorch ({report.versions['torch']}) is a CPU-only build, but the NVIDIA driver "
                    f"{report.versions.get('driver', '')} sees {len(nvml)} GPU(s): {names}.",
-                   "Install a CUDA build of PyTorch, e.g. `pip install torch --index-url "
-                   "https://download.pytorch.org/whl/cu126` (the CUDA version must not exceed "
-                   f"the driver's, CUDA {report.versions.get('driver_cuda', '?')}).")
+                   "Install a CUDA build of PyTorch with the pip command from the selector at "
+                   f"{TORCH_INSTALL} (`--index-url https://download.pytorch.org/whl/cuXXX`): "
+                   "its CUDA version must not exceed what the driver supports, CUDA "
+                   f"{report.versions.get('driver_cuda', '?')}.")
         for d in nvml:
             report.devices.append(Device(index=d["index"], name=d["name"], backend="cuda",
                                          total_memory_bytes=d["total"], free_memory_bytes=d["free"],
@@ -156,8 +157,7 @@ def _mps(report: HealthReport, torch: Any, smoke_test: bool) -> bool:
         pass
     device = Device(index=0, name="Apple MPS (unified memory)", backend="mps",
                     total_memory_bytes=total, native_bf16=None, arch="mps")
-    if smoke_test:
-        device.smoke_test = _smoke(torch, "mps")
+    device.smoke_test = _smoke(torch, "mps") if smoke_test else SMOKE_SKIPPED
     report.devices.append(device)
     report.add("mps", "warning",
                "Apple MPS backend: no CUDA, so bitsandbytes QLoRA, fused optimizers and FlashAttention "
@@ -178,9 +178,10 @@ _CUDA_FAILURES = (
      "(e.g. DataLoader workers must not use CUDA)."),
     ("driver_too_old", r"driver on your system is too old",
      "The NVIDIA driver is too old for this PyTorch's CUDA build.",
-     "Update the NVIDIA driver to one that supports CUDA {cuda} (see NVIDIA's CUDA release notes "
-     "for the minimum driver), or install a PyTorch wheel built for an older CUDA "
-     "(e.g. `--index-url https://download.pytorch.org/whl/cu118`)."),
+     "Update the NVIDIA driver to one that supports CUDA {cuda} (NVIDIA's CUDA release notes "
+     "list the minimum driver), or install a PyTorch build for a CUDA version this driver "
+     f"supports: pick it in the selector at {TORCH_INSTALL} (its `--index-url` names the CUDA "
+     "version; older PyTorch releases cover older CUDA versions)."),
     ("cuda_unknown_error", r"unknown error",
      "CUDA reported 'unknown error' when starting.",
      "Restart the Python process (kernel/runtime). Common causes: CUDA_VISIBLE_DEVICES changed after "
@@ -297,8 +298,7 @@ def _device(report: HealthReport, torch: Any, i: int, smoke_test: bool) -> Devic
         device.kernels_in_wheel = _kernels_in_wheel(device.arch, list(cuda.get_arch_list()))
     except Exception:
         device.kernels_in_wheel = None
-    if smoke_test:
-        device.smoke_test = _smoke(torch, f"cuda:{i}")
+    device.smoke_test = _smoke(torch, f"cuda:{i}") if smoke_test else SMOKE_SKIPPED
     try:
         from .gpus import find_gpu
 
@@ -342,31 +342,48 @@ def _smoke(torch: Any, device: str) -> str:
 
 
 # ----- after the probes ---------------------------------------------------------------------
-def review_devices(report: HealthReport) -> None:
-    """Problems that need all the facts: kernels, smoke tests, memory in use, mixed GPUs, NVML."""
+def _no_kernel_hint(report: HealthReport, d: Device) -> str:
     from .environments import get_environment
 
+    hint = (f"This PyTorch ({report.versions.get('torch')}) has no kernels for {d.arch}. "
+            f"Install a wheel whose `torch.cuda.get_arch_list()` includes {d.arch}, or use a "
+            "newer GPU.")
+    for key in report.platform.environments:
+        hint = get_environment(key).hints.get("no_kernel_image", hint)
+    return hint
+
+
+def review_devices(report: HealthReport) -> None:
+    """Problems that need all the facts: kernels, smoke tests, memory in use, mixed GPUs, NVML."""
     torch_devices = [d for d in report.devices if d.source == "torch"]
     for d in torch_devices:
         if d.smoke_test.startswith("failed") and "no kernel image" in d.smoke_test:
-            hint = (f"This PyTorch ({report.versions.get('torch')}) has no kernels for {d.arch}. "
-                    f"Install a wheel whose `torch.cuda.get_arch_list()` includes {d.arch}, or use a "
-                    "newer GPU.")
-            for key in report.platform.environments:
-                hint = get_environment(key).hints.get("no_kernel_image", hint)
             report.add("no_kernel_image", "error",
                        f"GPU {d.index} ({d.name}, {d.arch}) cannot run PyTorch kernels: "
-                       "'no kernel image is available for execution on the device'.", hint)
+                       "'no kernel image is available for execution on the device'.",
+                       _no_kernel_hint(report, d))
         elif d.smoke_test.startswith("failed"):
             report.add("smoke_test_failed", "error",
                        f"GPU {d.index} ({d.name}) failed a one-kernel test: {d.smoke_test[8:]}",
                        "Restart the Python process; check `nvidia-smi` for errors (Xid) and other "
                        "processes; reboot if it persists.")
+        elif d.kernels_in_wheel is False and d.smoke_test == SMOKE_SKIPPED:
+            report.add("no_kernel_image", "error",
+                       f"GPU {d.index} ({d.name}, {d.arch}) is not among this PyTorch's "
+                       "architectures (torch.cuda.get_arch_list()): its kernels would fail with 'no "
+                       "kernel image is available for execution on the device' (smoke test skipped).",
+                       _no_kernel_hint(report, d))
         elif d.kernels_in_wheel is False:
             report.add("arch_not_in_wheel", "warning",
                        f"GPU {d.index} ({d.arch}) is not in this wheel's architectures; kernels may be "
                        "JIT-compiled slowly or fail later.",
                        "Install a PyTorch build that lists this architecture in torch.cuda.get_arch_list().")
+        elif d.smoke_test == SMOKE_SKIPPED:
+            report.add("smoke_test_skipped", "info",
+                       f"GPU {d.index} ({d.name}): smoke test skipped, so it counts as usable "
+                       "without a kernel having run on it.",
+                       "Run the check with the smoke test (the default) to run one tiny kernel "
+                       "on each GPU.")
         if d.total_memory_bytes and d.free_memory_bytes is not None:
             used = d.total_memory_bytes - d.free_memory_bytes
             if used > 0.1 * d.total_memory_bytes + 1 * GiB:

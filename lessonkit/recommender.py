@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .environments import TIERS, Environment, get_environment, list_environments
-from .errors import LessonkitError, choose, normalise_name, positive_number
-from .fitting import (ASSUMPTIONS, DEFAULT_BATCH, DEFAULT_MFU, DEFAULT_SEQ, METHOD_WORDS,
+from .errors import LessonkitError, choose, normalise_name, positive_int, positive_number
+from .fitting import (DEFAULT_BATCH, DEFAULT_MFU, DEFAULT_SEQ, METHOD_WORDS, assumptions,
                       find_fit, method_label, needs_text, run_hours)
 from .models import ModelSpec, resolve_model
 from .options import METHODS
+from .settings import MAX_BATCH, MAX_SEQ
 from .units import GiB, parse_count
 
 BUDGET_WORDS = {"free": 0.0, "low": 2.0, "high": math.inf}
@@ -243,11 +244,13 @@ def recommend(model: Any, method: str | None = None, budget: Any = None, platfor
     cap = parse_budget(budget)
     n_tokens = parse_tokens(tokens)
     mfu = positive_number(mfu, "mfu (model-FLOPs utilisation)", maximum=1.0)
+    batch_size = positive_int(batch_size, "batch_size", maximum=MAX_BATCH)
+    seq_len = positive_int(seq_len, "seq_len", maximum=MAX_SEQ)
     envs, named = platform_environments(platform)
     buying = buying_considered(cap, named)
     rec = Recommendation(spec, None if method is None else methods[0], cap,
                          None if platform is None else str(platform), n_tokens, mfu,
-                         assumptions=list(ASSUMPTIONS))
+                         assumptions=assumptions())
 
     def count(why: str) -> None:
         rec.rejected[why] = rec.rejected.get(why, 0) + 1
@@ -325,6 +328,7 @@ def _option(spec: ModelSpec, env: Environment, offer: Any, method: str, batch: i
             continue
         price = offer.price_per_hour
         hourly = env.hourly_cost(offer) * count
+        per_gpu_low, per_gpu_high = env.hourly_range(offer)
         hours = cost = None
         per_million = run_hours(spec, method, 1e6, gpu.bf16_tflops, count, mfu,
                                 fit.gradient_checkpointing) * hourly
@@ -333,7 +337,7 @@ def _option(spec: ModelSpec, env: Environment, offer: Any, method: str, batch: i
                               fit.gradient_checkpointing)
             cost = hours * hourly
         note = (f"{method_label(method, gpu.native_bf16)} at {fit.settings_text()}: peak "
-                f"{fit.peak_bytes / GiB:.1f} of {gpu.usable_memory_gib:.1f} GiB per GPU "
+                f"{fit.peak_bytes / GiB:.1f} of {gpu.usable_text} per GPU "
                 f"({fit.headroom_bytes / GiB:.1f} GiB headroom"
                 + (", tight" if fit.headroom_bytes < 0.05 * gpu.usable_bytes else "") + "); "
                 + ("free" if price.high == 0 else f"${hourly:.2f}/h, "
@@ -350,7 +354,7 @@ def _option(spec: ModelSpec, env: Environment, offer: Any, method: str, batch: i
                              "gradient_checkpointing", "n_gpus", "zero_stage")}
         return Option(env.key, env.name, env.tier_name, gpu.name, count, method, True,
                       fit.peak_bytes, gpu.usable_bytes, settings, hourly,
-                      (price.low * count, price.high * count), hours, cost, per_million, note,
+                      (per_gpu_low * count, per_gpu_high * count), hours, cost, per_million, note,
                       offer.purchase_usd)
     return None
 
@@ -360,10 +364,12 @@ def health_verdict(report: Any, model: Any) -> list[str]:
     """What ``model`` can be fine-tuned on the report's GPUs, or, without one, where instead."""
     from .verdicts import device_lines, no_gpu_lines
 
+    from .health import safe_text
+
     try:
         spec = resolve_model(model)
     except LessonkitError as err:
-        return [f"No verdict for model {model!r}: {err}"]
+        return [f"No verdict for model {safe_text(model, quoted=True)}: {err}"]
     usable = report.usable_devices
     if usable:
         return device_lines(spec, usable)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import html
 import json
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import LessonkitError
 from .models import ModelSpec
-from .units import GB, GiB
+from .units import GB, GiB, parse_bytes
 
 # Breakdown categories, in the order they are stacked in charts and tables.
 CATEGORIES = (
@@ -28,6 +31,23 @@ LABELS = {
     "allocator_margin": "Allocator margin",
 }
 PHASES = ("forward", "backward", "optimizer")
+
+
+def _memory_bytes(memory: Any) -> float:
+    """Bytes from a number of bytes, a size string ('16 GB') or an object with usable_bytes."""
+    usable = getattr(memory, "usable_bytes", None)
+    if isinstance(usable, numbers.Real) and not isinstance(memory, (numbers.Real, str)):
+        return float(usable)
+    if isinstance(memory, str):
+        value = parse_bytes(memory)
+    elif isinstance(memory, numbers.Real) and not isinstance(memory, bool):
+        value = float(memory)
+    else:
+        raise LessonkitError(f"GPU memory must be a number of bytes (16e9), a size such as "
+                             f"'16 GB' or '15 GiB', or a GPU from get_gpu(); got {memory!r}.")
+    if not math.isfinite(value) or value < 0:
+        raise LessonkitError(f"GPU memory must be a finite size >= 0, got {memory!r}.")
+    return value
 
 
 @dataclass
@@ -64,9 +84,10 @@ class MemoryReport:
     def total_gb(self) -> float:
         return self.total_bytes / GB
 
-    def fits(self, gpu_memory_bytes: float) -> bool:
-        """True when the peak fits in a GPU with this much memory."""
-        return self.total_bytes <= gpu_memory_bytes
+    def fits(self, gpu_memory: Any) -> bool:
+        """True when the peak fits in a GPU with this much memory: a number of bytes, a size
+        such as '16 GB' or '14.75 GiB', or a catalog GPU (its usable memory)."""
+        return self.total_bytes <= _memory_bytes(gpu_memory)
 
     def to_dict(self) -> dict[str, Any]:
         return {

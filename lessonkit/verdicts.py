@@ -15,7 +15,8 @@ ORDER = ("qlora", "lora", "full")
 
 def fit_sentence(spec: ModelSpec, label: str, usable_bytes: int, count: int = 1,
                  native_bf16: bool = True) -> str:
-    """E.g. '15.0 GiB T4: QLoRA (4-bit) of llama-2-7b fits at ...; LoRA in fp16 does not ...'."""
+    """E.g. 'T4 (14.75 GiB usable): QLoRA (4-bit) of llama-2-7b fits at ...; full fine-tuning
+    needs ...'."""
     fits, misses = [], []
     for method in ORDER:
         fit = find_fit(spec, method, usable_bytes, count, native_bf16=native_bf16)
@@ -95,7 +96,7 @@ def _fit_words(spec: ModelSpec, method: str, gpu: GPU, count: int = 1) -> tuple[
     where = f"{count} x {gpu.name}" if count > 1 else f"one {gpu.name}"
     verb = "fits" if fit.fits else "does not fit"
     return fit.fits, (f"{method_label(method, gpu.native_bf16)} {verb} on {where} "
-                      f"({fit.peak_bytes / GiB:.1f} of {gpu.usable_memory_gib:.1f} GiB per GPU, "
+                      f"({fit.peak_bytes / GiB:.1f} of {gpu.usable_text} per GPU, "
                       f"{fit.settings_text()})")
 
 
@@ -119,7 +120,7 @@ def full_on_one_a100(spec: ModelSpec) -> str:
     fixes = [f"{name} ({value / GiB:.1f} GiB)" for name, value in ways if value <= usable]
     return (f"Matrix 'A100 80GB: full SFT of 7B models' {verdict} for {spec.name}: plain "
             f"bf16-mixed AdamW (about 16 bytes per parameter) peaks at {plain / GiB:.1f} GiB at batch "
-            f"1 x 512 against {gpu.usable_memory_gib:.1f} GiB usable"
+            f"1 x 512 against {gpu.usable_text} usable"
             + (f"; it fits with {', or '.join(fixes)}." if plain > usable and fixes else "."))
 
 

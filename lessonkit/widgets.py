@@ -71,9 +71,9 @@ def static_mode() -> bool:
 
 
 def _estimate(model: Any, **settings: Any) -> Any:
-    from .vram import estimate
+    from .fitting import estimate_cached
 
-    return estimate(model, **settings)
+    return estimate_cached(model, **settings)
 
 
 def _error_html(exc: BaseException) -> str:

@@ -77,14 +77,26 @@ def test_recommend_text_and_json(capsys):
 
 
 def test_recommend_nothing_fits_is_exit_1(capsys):
-    assert main(["recommend", "--model", "2T", "--method", "full"]) == 1
-    assert "fits no GPU setup" in capsys.readouterr().out
+    # 2T parameters at 32k tokens per sequence: no setup of up to 1024 GPUs holds it.
+    assert main(["recommend", "--model", "2T", "--method", "full", "--seq-len", "32768"]) == 1
+    out = capsys.readouterr().out
+    assert "Nothing in the catalog fits" in out and "fits no GPU setup" in out
+    assert "batch 1 x 32768" in out
+
+
+def test_recommend_batch_size_and_seq_len_reach_the_recommender(capsys):
+    assert main(["recommend", "--model", "7B", "--method", "lora", "--batch-size", "1",
+                 "--seq-len", "256", "--json"]) == 0
+    options = json.loads(capsys.readouterr().out)["options"]
+    assert options and all(o["settings"]["batch_size"] == 1 and o["settings"]["seq_len"] == 256
+                           for o in options)
 
 
 @pytest.mark.parametrize("args,message", [
     (["--budget", "-5"], "budget"), (["--tokens", "0"], "tokens"), (["--tokens", "many"], "tokens"),
     (["--platform", "runpdo"], "Did you mean 'runpod'"), (["--method", "qlroa"], "qlora"),
-    (["--model", "seven"], "model"),
+    (["--model", "seven"], "model"), (["--batch-size", "0"], "batch_size"),
+    (["--seq-len", "-1"], "seq_len"),
 ])
 def test_recommend_bad_input_is_exit_2(capsys, args, message):
     assert main(["recommend", *args]) == 2

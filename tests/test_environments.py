@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 
@@ -66,3 +67,35 @@ def test_unknown_environment_suggests_close_matches():
 def test_an_offer_for_a_gpu_not_offered_says_what_is():
     with pytest.raises(LessonkitError, match="offers T4"):
         get_environment("colab").offer("H100")
+
+
+@pytest.mark.parametrize("env", list_environments(), ids=lambda e: e.key)
+def test_memory_quoted_in_the_texts_is_the_catalogs(env):
+    usable = {f"{o.gpu.usable_memory_gib:g}" for o in env.offers}
+    for text in env.pros + env.cons:
+        for number in re.findall(r"([0-9.]+) GiB usable", text):
+            assert number in usable, (env.key, text)
+
+
+@pytest.mark.parametrize("env", list_environments(), ids=lambda e: e.key)
+def test_hourly_ranges_count_a_bought_card_like_the_hourly_cost(env):
+    for offer in env.offers:
+        low, high = env.hourly_range(offer)
+        assert low <= env.hourly_cost(offer) <= high
+        assert env.price_range[0] <= low and high <= env.price_range[1]
+    if env.amortize_hours:
+        offer = env.offers[0]
+        low, high = env.hourly_range(offer)
+        assert low == offer.price_per_hour.low + offer.purchase_usd[0] / env.amortize_hours
+        assert high == offer.price_per_hour.high + offer.purchase_usd[1] / env.amortize_hours
+        assert f"-{env.price_range[1]:.2f} per GPU-hour" in str(env) and "spread over" in str(env)
+
+
+def test_the_workstation_options_price_range_holds_its_hourly_price():
+    from lessonkit import recommend
+
+    options = [o for o in recommend("7B", method="lora", platform="local").options]
+    assert options
+    for option in options:
+        low, high = option.price_range
+        assert low <= option.price_per_hour <= high

@@ -210,13 +210,41 @@ def test_exercise_notebook_runs_and_reports_not_answered(name, tmp_path):
     assert {status for _, status, _ in shown} == {"not answered"}
 
 
+def model_answers() -> list[tuple[str, str]]:
+    """(question id, code of the solution region) of each free-text model answer."""
+    found = []
+    for name in SECTIONS:
+        for cell in read(ROOT / "solutions" / f"{name}.ipynb")["cells"]:
+            match = re.search(r'### BEGIN SOLUTION\n(.*?answer = f?""".*?""")\n### END SOLUTION\n'
+                              r'check\("([\d.]+)"', source(cell), re.S)
+            if match:
+                found.append((match.group(2), match.group(1)))
+    return found
+
+
 def test_model_answers_in_the_solutions_cover_their_key_points():
     """The same as the notebook run checks, without a kernel: each model answer string."""
+    import lessonkit
+
+    answers = model_answers()
+    assert {qid for qid, _ in answers} >= {"01.6", "02.6", "06.3", "06.5"}
+    for qid, code in answers:
+        namespace = {"lessonkit": lessonkit}
+        exec(code, namespace)  # figures in an answer are computed by lessonkit (f-strings)
+        found, total = key_points_found(qid, namespace["answer"])
+        assert found == total, qid
+
+
+def test_written_answers_in_the_solutions_type_no_figures_that_lessonkit_computes():
+    """Model answers quote the calculator and the catalogs through f-strings; the prose keeps
+    only definitions (bytes per parameter) and the names of cards."""
+    allowed = re.compile(r"\d+ bytes per param|80 GB (card|A100)")
+    figure = re.compile(r"~?\d[\d.,]*\s*(?:GB|GiB|MB|TB|x\b|times\b|%)")
     for name in SECTIONS:
-        nb = read(ROOT / "solutions" / f"{name}.ipynb")
-        for cell in nb["cells"]:
-            match = re.search(r'answer = """(.*?)"""\n### END SOLUTION\ncheck\("([\d.]+)"',
-                              source(cell), re.S)
-            if match:
-                found, total = key_points_found(match.group(2), match.group(1))
-                assert found == total, match.group(2)
+        for cell in read(ROOT / "solutions" / f"{name}.ipynb")["cells"]:
+            for region in re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", source(cell), re.S):
+                texts = ([region] if cell["cell_type"] == "markdown"
+                         else re.findall(r'answer = f?"""(.*?)"""', region, re.S))
+                for text in texts:
+                    text = allowed.sub("", re.sub(r"\{[^{}]*\}", "{}", text))
+                    assert not figure.search(text), (name, figure.search(text).group(0), text)

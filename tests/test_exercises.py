@@ -149,7 +149,9 @@ def test_wrong_numbers_are_rejected(qid):
 def test_common_mistakes_get_their_own_hint():
     weights = answer_key("01.1")
     assert "fp32" in check("01.1", 2 * weights, show=False).message
-    assert "GiB" in check("05.2", 16, show=False).message  # GB typed where GiB was asked
+    reserved = answer_key("05.2")
+    # Divided by 10**9 where GiB were asked: the GiB/GB remark.
+    assert "GiB" in check("05.2", reserved * GiB / GB, show=False).message
     only_weights = check("01.2", 2, show=False)
     assert only_weights.status == "not yet" and "gradients" in only_weights.message
 
@@ -436,3 +438,22 @@ def test_tolerance_is_stated_and_used():
     assert "±5%" in check("02.1", inside, show=False).tolerance
     assert math.isclose(answer_key("04.1"), round(answer_key("04.1")))
     assert status("04.1", answer_key("04.1") + 1) == "not yet"
+
+
+def test_t4_question_teaches_binary_card_sizes_and_what_pytorch_keeps():
+    from lessonkit import get_gpu
+
+    t4 = get_gpu("T4")
+    assert answer_key("05.2") == pytest.approx((16 * GiB - t4.usable_bytes) / GiB)
+    assert 1 < answer_key("05.2") < 2  # ECC's sixteenth of the chips, and the driver's reserve
+    question = bank()["05.2"]
+    assert question["unit"] == "GiB" and "ECC" in question["explanation"]
+    assert status("05.2", f"{(16 * GiB - t4.usable_bytes) / 2**20:.0f} MiB") == "correct"
+    assert status("05.2", 16 - 16e9 / GiB) == "not yet"  # the decimal reading of "16 GB"
+
+
+def test_reflection_key_points_quote_no_figures():
+    figure = re.compile(r"~?\d[\d.,]*\s*(?:GB|GiB|x\b|times\b|%)")
+    for qid in ("06.3", "06.5"):
+        for point in bank()[qid]["key_points"]:
+            assert not figure.search(point["point"]), (qid, point["point"])

@@ -10,7 +10,7 @@ import pytest
 
 from lessonkit import LessonkitError, get_gpu, list_gpus
 from lessonkit.gpus import find_gpu
-from lessonkit.units import GB, GiB
+from lessonkit.units import GiB
 
 RAW = json.loads(resources.files("lessonkit").joinpath("data/gpus.json").read_text())["gpus"]
 
@@ -38,9 +38,8 @@ def test_every_record_has_sources_dates_and_known_unconfirmed_fields(entry):
 def test_figures_are_consistent(gpu):
     assert gpu.bandwidth_gbs > 0 and gpu.bf16_tflops > 0
     # Vendors' "80 GB" is 80 GiB of chips; a device offers a little less than that, never more.
-    assert gpu.usable_bytes * gpu.visible_devices <= gpu.memory_gb * GiB
-    assert gpu.usable_bytes * gpu.visible_devices >= 0.9 * gpu.memory_gb * GB
-    assert gpu.memory_bytes == int(gpu.memory_gb * GB)
+    assert gpu.memory_bytes == gpu.memory_gb * GiB
+    assert 0.9 * gpu.memory_bytes <= gpu.usable_bytes * gpu.visible_devices <= gpu.memory_bytes
     if gpu.vendor == "NVIDIA":
         major, minor = (int(x) for x in gpu.compute_capability.split("."))
         assert gpu.native_bf16 == ((major, minor) >= (8, 0))
@@ -50,9 +49,22 @@ def test_the_guides_matrix_gpus_are_flagged():
     assert {g.name for g in list_gpus(in_guide=True)} == {"RTX 4090", "RTX A6000", "A100 80GB", "H100 SXM"}
 
 
-def test_t4_offers_15_gib():
+def test_memory_is_read_in_binary_units():
+    a100, t4 = get_gpu("A100 80GB"), get_gpu("T4")
+    assert a100.memory_bytes == 81920 * 2**20 and t4.memory_bytes == 16 * GiB
+    assert "2**30" in type(a100).memory_bytes.__doc__
+    about = json.loads(resources.files("lessonkit").joinpath("data/gpus.json").read_text())["about"]
+    assert "81920 MiB" in about and "memory_gb * 2**30" in about and "decimal GB" not in about
+
+
+def test_t4_offers_what_pytorch_reports_on_colab_not_nvidia_smis_15_gib():
     t4 = get_gpu("t4")
-    assert t4.usable_bytes == 15 * GiB and t4.memory_gb == 16 and not t4.native_bf16
+    assert t4.memory_gb == 16 and not t4.native_bf16
+    # PyTorch's total_memory on a Colab T4: about 14.75 GiB, below nvidia-smi's 15360 MiB.
+    assert 14.7 * GiB <= t4.usable_bytes < 15 * GiB
+    assert "total_memory" in t4.usable_memory_source and "usable_memory_gib" in t4.unconfirmed
+    assert t4.label == f"T4 ({t4.usable_memory_gib:.2f} GiB usable)"
+    assert get_gpu("A100 80GB").usable_text == "79.2 GiB"
 
 
 @pytest.mark.parametrize("query,expected", [
@@ -96,5 +108,5 @@ def test_fits_compares_the_peak_with_usable_memory():
     t4 = get_gpu("T4")
     qlora = estimate("7B", method="qlora", precision="bf16", gradient_checkpointing=True)
     full = estimate("7B", method="full")
-    assert t4.fits(qlora) == (qlora.total_bytes <= 15 * GiB) is True
+    assert t4.fits(qlora) == (qlora.total_bytes <= t4.usable_bytes) is True
     assert not t4.fits(full)

@@ -10,12 +10,14 @@ from types import SimpleNamespace
 import pytest
 
 import lessonkit.health as health
-from lessonkit import check_gpu_health
+from lessonkit import check_gpu_health, get_gpu
 from lessonkit.platforms import LOCAL, Platform, detect_platform
-from lessonkit.probes import _kernels_in_wheel
+from lessonkit.probes import TORCH_INSTALL, _kernels_in_wheel
 from lessonkit.units import GiB
 
-T4 = dict(name="Tesla T4", total_memory=15 * GiB, major=7, minor=5, multi_processor_count=40)
+# A T4 as PyTorch reports it: the catalog's usable memory (total_memory), not the box's 16 GB.
+T4 = dict(name="Tesla T4", total_memory=get_gpu("T4").usable_bytes, major=7, minor=5,
+          multi_processor_count=40)
 A100 = dict(name="NVIDIA A100-SXM4-80GB", total_memory=int(79.15 * GiB), major=8, minor=0,
             multi_processor_count=108)
 P100 = dict(name="Tesla P100-PCIE-16GB", total_memory=int(15.9 * GiB), major=6, minor=0,
@@ -102,11 +104,12 @@ def fake_pynvml(devices=(), *, init_error=None, driver="550.54.15", cuda_driver=
 @pytest.fixture
 def machine(monkeypatch):
     """Install a fake torch/pynvml and platform; returns a function that runs the check."""
-    def run(torch=None, nvml=None, platform=LOCAL, model="7B", no_torch=False, no_nvml=False):
+    def run(torch=None, nvml=None, platform=LOCAL, model="7B", no_torch=False, no_nvml=False,
+            smoke_test=True):
         monkeypatch.setitem(sys.modules, "torch", None if no_torch else torch)
         monkeypatch.setitem(sys.modules, "pynvml", None if no_nvml else nvml)
         monkeypatch.setattr(health, "detect_platform", lambda: platform)
-        return check_gpu_health(model)
+        return check_gpu_health(model, smoke_test=smoke_test)
     return run
 
 
@@ -131,7 +134,7 @@ def test_healthy_t4_on_colab(machine):
     report = machine(fake_torch([T4]), fake_pynvml([T4]), platform=COLAB)
     assert report.status == "ok", report.problems
     (d,) = report.devices
-    assert d.total_memory_bytes == 15 * GiB and d.compute_capability == (7, 5)
+    assert d.total_memory_bytes == T4["total_memory"] and d.compute_capability == (7, 5)
     assert d.native_bf16 is False and d.tf32 is False and d.multiprocessors == 40
     assert d.smoke_test == "passed" and d.kernels_in_wheel is True and d.catalog_name == "T4"
     assert report.driver_version == "550.54.15" and report.versions["driver_cuda"] == "12.4"
@@ -164,6 +167,7 @@ def test_cpu_only_wheel_on_a_gpu_machine_is_an_error_naming_the_gpu(machine):
     assert report.status == "error" and "cpu_only_wheel" in report.codes()
     problem = report.problems[0]
     assert "A100" in problem.message and "download.pytorch.org/whl/cu" in problem.hint
+    assert TORCH_INSTALL in problem.hint and "12.4" in problem.hint  # the driver's CUDA
     assert report.devices[0].source == "nvml" and not report.has_usable_gpu
 
 
@@ -175,6 +179,8 @@ def test_driver_too_old(machine):
     assert report.status == "error" and "driver_too_old" in report.codes()
     problem = next(p for p in report.problems if p.code == "driver_too_old")
     assert "12.8" in problem.hint and "found version 11040" in problem.message
+    # No CUDA tag that current PyTorch releases no longer publish: the selector picks one.
+    assert "cu118" not in problem.hint and TORCH_INSTALL in problem.hint
     assert report.devices and report.devices[0].source == "nvml"
 
 
@@ -280,7 +286,8 @@ def test_outputs_are_complete(machine):
     data = json.loads(report.to_json())
     assert data["status"] == "ok" and data["devices"][0]["compute_capability"] == [7, 5]
     text = str(report)
-    assert "15.0 GiB total" in text and "native bf16 no" in text and "Google Colab" in text
+    assert f"{T4['total_memory'] / GiB:.1f} GiB total" in text
+    assert "native bf16 no" in text and "Google Colab" in text
     assert "Tesla T4" in report._repr_html_()
 
 
@@ -328,3 +335,83 @@ def test_never_raises_even_when_the_check_itself_breaks(machine, monkeypatch):
     report = machine(fake_torch([T4]), fake_pynvml([T4]))
     assert report.status == "error" and report.codes() == ["check_failed"]
     assert "ZeroDivisionError" in report.problems[0].message
+
+
+# ----- the smoke test switched off ------------------------------------------------------------
+def test_without_the_smoke_test_a_t4_is_still_usable(machine):
+    report = machine(fake_torch([T4]), fake_pynvml([T4]), platform=COLAB, smoke_test=False)
+    (d,) = report.devices
+    assert d.smoke_test == "skipped" and d.usable and report.has_usable_gpu
+    assert report.status == "ok" and report.codes() == ["smoke_test_skipped"]
+    assert report.problems[0].severity == "info"
+    assert "smoke test skipped" in str(report)
+    text = " ".join(report.verdict)
+    assert "no usable GPU" not in text and "QLoRA" in text and "fits" in text
+    assert report.to_dict()["devices"][0]["usable"] is True
+
+
+def test_without_the_smoke_test_a_gpu_the_wheel_lacks_is_not_usable(machine):
+    report = machine(fake_torch([P100]), fake_pynvml([P100]), platform=KAGGLE, smoke_test=False)
+    (d,) = report.devices
+    assert d.smoke_test == "skipped" and d.kernels_in_wheel is False and not d.usable
+    assert report.status == "error" and "no_kernel_image" in report.codes()
+    problem = next(p for p in report.problems if p.code == "no_kernel_image")
+    assert "sm_60" in problem.message and "skipped" in problem.message and "T4 x2" in problem.hint
+
+
+def test_devices_seen_only_by_nvml_are_never_usable():
+    device = health.Device(0, "Tesla T4", "cuda", source="nvml", smoke_test="skipped")
+    assert not device.usable
+
+
+# ----- never raises -------------------------------------------------------------------------
+class Unprintable:
+    """A model object whose repr, str and name all raise."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+    __str__ = __repr__
+
+    @property
+    def name(self) -> str:
+        raise RuntimeError("no name")
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+def test_the_last_resort_survives_a_model_that_cannot_be_printed(machine, monkeypatch):
+    def broken(report):
+        raise UnprintableError()
+
+    monkeypatch.setattr(health, "_status", broken)
+    report = machine(fake_torch([T4]), fake_pynvml([T4]), model=Unprintable())
+    assert report.status == "error" and report.codes() == ["check_failed"]
+    assert report.model == "<Unprintable object>"
+    assert "UnprintableError" in report.problems[0].message
+    assert str(report) and report.to_json() and report._repr_html_()
+
+
+@pytest.mark.parametrize("model", [
+    Unprintable(), None, float("nan"), -7, 1e30, [], {}, {"model_type": "llama"}, b"7B", object(),
+    "", "x" * 10_000,
+])
+@pytest.mark.parametrize("smoke_test", [True, False, "yes"])
+def test_never_raises_for_hostile_arguments(machine, model, smoke_test):
+    report = machine(fake_torch([T4]), fake_pynvml([T4]), model=model, smoke_test=smoke_test)
+    assert report.status in health.STATUSES and isinstance(report.model, str)
+    assert report.verdict and str(report) and report.to_json() and report._repr_html_()
+
+
+def test_never_raises_when_a_probe_error_cannot_be_printed(machine):
+    torch = fake_torch([T4])
+
+    def properties(i):
+        raise UnprintableError()
+
+    torch.cuda.get_device_properties = properties
+    report = machine(torch, fake_pynvml([T4]))
+    assert "check_failed" in report.codes() and "UnprintableError" in str(report)

@@ -205,10 +205,81 @@ def test_outputs_are_complete(low7b):
     (dict(budget=-1), "budget"), (dict(budget="cheap"), "budget"), (dict(tokens=0), "tokens"),
     (dict(tokens="lots"), "tokens"), (dict(method="qlroa"), "method"),
     (dict(platform="lamda"), "Did you mean 'lambda'"), (dict(mfu=1.5), "mfu"),
+    (dict(batch_size="4"), "batch_size must be a whole number"), (dict(batch_size=0), "batch_size"),
+    (dict(batch_size=2.5), "batch_size"), (dict(batch_size=10**6), "batch_size must be at most"),
+    (dict(seq_len=None), "seq_len must be a whole number"), (dict(seq_len=-512), "seq_len"),
+    (dict(seq_len=10**9), "seq_len must be at most"), (dict(mfu="0.3"), "mfu"),
+    (dict(budget=[2]), "budget"), (dict(tokens=[1]), "tokens"), (dict(method=3), "method"),
+    (dict(platform=[1]), "environment"), (dict(platform=2.5), "environment"),
 ])
 def test_bad_input_is_a_clear_lessonkit_error(kwargs, message):
     with pytest.raises(LessonkitError, match=message):
         recommend("7B", **kwargs)
+
+
+@pytest.mark.parametrize("model", [None, True, [7], float("nan"), 1e15])
+def test_bad_models_are_a_clear_lessonkit_error(model):
+    with pytest.raises(LessonkitError, match="model|size"):
+        recommend(model)
+
+
+def test_fits_takes_bytes_sizes_and_gpus_and_refuses_anything_else():
+    report = estimate("7B", method="qlora", precision="bf16")
+    t4 = get_gpu("T4")
+    peak = report.total_bytes
+    assert report.fits(peak) and not report.fits(peak - 1)
+    assert report.fits(f"{peak / 1e9 + 0.01:.2f} GB") and not report.fits(f"{peak / 1e9 - 0.01:.2f} GB")
+    assert report.fits(f"{peak / GiB + 0.01:.2f} GiB") and not report.fits(f"{peak / GiB - 0.01:.2f}GiB")
+    assert report.fits(t4) == t4.fits(report) == (peak <= t4.usable_bytes)
+    for bad, message in [("lots", "size such as '16 GB'"), ("16 parsecs", "unit"),
+                         (None, "GPU memory must be"), ([16e9], "GPU memory must be"),
+                         (True, "GPU memory must be"), (float("nan"), "finite"), (-1, ">= 0")]:
+        with pytest.raises(LessonkitError, match=message):
+            report.fits(bad)
+
+
+def test_cached_estimates_are_copies_a_caller_may_change():
+    from lessonkit.fitting import _estimate, estimate_cached
+
+    spec = resolve_model("7B")
+    first = find_fit(spec, "lora", get_gpu("A100 80GB").usable_bytes).report
+    peak, notes = first.total_bytes, list(first.assumptions)
+    first.breakdown["weights"] += 10**12
+    first.assumptions.append("changed by a caller")
+    first.settings["lora_targets"].append("k_proj")
+    again = find_fit(spec, "lora", get_gpu("A100 80GB").usable_bytes).report
+    assert again is not first and again.total_bytes == peak and again.assumptions == notes
+    assert again.settings["lora_targets"] == ["q_proj", "v_proj"]
+    # One cache for every caller: the same settings give equal reports, never the same object.
+    a = estimate_cached("7B", method="lora", precision="bf16", batch_size=4, seq_len=1024)
+    b = estimate_cached("7B", method="lora", precision="bf16", batch_size=4, seq_len=1024)
+    assert a is not b and a.to_dict() == b.to_dict() == estimate(
+        "7B", method="lora", precision="bf16", batch_size=4, seq_len=1024).to_dict()
+    # True is not 1: a setting's type is part of the key, so bad input stays bad.
+    estimate_cached("7B", gradient_checkpointing=True)
+    with pytest.raises(LessonkitError):
+        estimate_cached("7B", gradient_checkpointing=1)
+    # Unhashable arguments are estimated afresh rather than refused.
+    listed = estimate_cached("7B", method="lora", lora_targets=["q_proj", "v_proj"])
+    assert listed.total_bytes == estimate("7B", method="lora").total_bytes
+    assert _estimate(spec, "lora", True, 1, 0, 4, 512, False).total_bytes == find_fit(
+        spec, "lora", 10**15).peak_bytes
+
+
+def test_the_widgets_use_the_one_cached_estimate_and_the_exercises_none(monkeypatch):
+    from lessonkit import exercise_answers, fitting, widgets
+
+    calls = []
+    monkeypatch.setattr(fitting, "estimate_cached", lambda *a, **k: calls.append(a) or "report")
+    assert widgets._estimate("7B", method="lora") == "report" and len(calls) == 1
+    # Exercise answers ask the calculator itself each time (see test_exercises).
+    assert not hasattr(exercise_answers, "_estimate")
+
+
+def test_the_assumptions_quote_the_t4_from_the_catalog(low7b):
+    t4 = get_gpu("T4")
+    memory = next(a for a in low7b.assumptions if a.startswith("Memory"))
+    assert f"about {t4.usable_text} on a 16 GB T4" in memory
 
 
 def test_unknown_model_is_a_lessonkit_error():
