@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -67,7 +67,12 @@ class Fit:
     gradient_checkpointing: bool
     zero_stage: int
     peak_bytes: int
-    report: Any
+    shared_report: Any = field(repr=False, compare=False)  # the cached estimate: never change it
+
+    @property
+    def report(self) -> Any:
+        """The estimate of this configuration: a fresh copy each time, free to change."""
+        return _copy(self.shared_report)
 
     @property
     def fits(self) -> bool:
@@ -120,6 +125,15 @@ def _cached_estimate(model: Any, key: tuple[tuple[str, type, Any], ...]) -> Any:
     return estimate(model, **{name: value for name, _, value in key})
 
 
+def _copy(report: Any) -> Any:
+    """A report a caller may change: its dicts and lists are new (settings one level deep)."""
+    settings = {name: copy.copy(value) if isinstance(value, (dict, list, set)) else value
+                for name, value in report.settings.items()}
+    return dataclasses.replace(report, settings=settings, breakdown=dict(report.breakdown),
+                               phase_peaks=dict(report.phase_peaks),
+                               assumptions=list(report.assumptions))
+
+
 def estimate_cached(model: Any, **settings: Any) -> Any:
     """``estimate(model, **settings)``, cached for repeated arguments.
 
@@ -134,23 +148,24 @@ def estimate_cached(model: Any, **settings: Any) -> Any:
         from .vram import estimate
 
         return estimate(model, **settings)
-    report = _cached_estimate(model, key)
-    return dataclasses.replace(report, settings=copy.deepcopy(report.settings),
-                               breakdown=dict(report.breakdown),
-                               phase_peaks=dict(report.phase_peaks),
-                               assumptions=list(report.assumptions))
+    return _copy(_cached_estimate(model, key))
 
 
 def clear_estimate_cache() -> None:
-    """Empty the cache of estimate_cached (for timing cold calls)."""
+    """Empty the estimate caches (for timing cold calls)."""
     _cached_estimate.cache_clear()
+    _estimate.cache_clear()
 
 
+@lru_cache(maxsize=8192)
 def _estimate(spec: ModelSpec, method: str, native_bf16: bool, count: int, zero: int,
               batch: int, seq: int, ckpt: bool) -> Any:
-    return estimate_cached(spec, **method_settings(method, native_bf16), batch_size=batch,
-                           seq_len=seq, gradient_checkpointing=ckpt, n_gpus=count,
-                           zero_stage=zero, device="cuda")
+    """One try of find_fit, cached and shared: read it, never change it (Fit.report hands out
+    copies)."""
+    from .vram import estimate
+
+    return estimate(spec, **method_settings(method, native_bf16), batch_size=batch, seq_len=seq,
+                    gradient_checkpointing=ckpt, n_gpus=count, zero_stage=zero, device="cuda")
 
 
 def _batches(batch: int) -> list[tuple[int, bool]]:

@@ -349,7 +349,7 @@ def _option(spec: ModelSpec, env: Environment, offer: Any, method: str, batch: i
                      f"{env.amortize_hours:,.0f} h plus electricity")
         if offer.note:
             note += f" ({offer.note})"
-        settings = {k: v for k, v in fit.report.settings.items()
+        settings = {k: v for k, v in fit.shared_report.settings.items()
                     if k in ("method", "precision", "optimizer", "batch_size", "seq_len",
                              "gradient_checkpointing", "n_gpus", "zero_stage")}
         return Option(env.key, env.name, env.tier_name, gpu.name, count, method, True,

@@ -264,6 +264,8 @@ def test_cached_estimates_are_copies_a_caller_may_change():
     assert listed.total_bytes == estimate("7B", method="lora").total_bytes
     assert _estimate(spec, "lora", True, 1, 0, 4, 512, False).total_bytes == find_fit(
         spec, "lora", 10**15).peak_bytes
+    assert find_fit(spec, "lora", 10**15).report is not _estimate(spec, "lora", True, 1, 0, 4,
+                                                                  512, False)
 
 
 def test_the_widgets_use_the_one_cached_estimate_and_the_exercises_none(monkeypatch):
