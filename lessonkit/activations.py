@@ -38,11 +38,25 @@ class Ctx:
 
 
 class Saved:
-    """A set of saved tensors, each counted once, with the weight copies tallied apart."""
+    """A set of saved tensors, each counted once, with the weight copies tallied apart.
+
+    A decoder layer's also says what its backward begins with (see ``backward_moments``):
+    the gradients made beside the one arriving from above before the output projection's
+    backward, what that backward frees (the projection's saved input and weight copy), the
+    gradients alive inside the MLP's backward after it, the tensors the forward still holds
+    when the projection saves its last tensor (and its highest moment before that), and the
+    projection's weight when dequantized.
+    """
 
     def __init__(self) -> None:
         self.items: dict[str, int] = {}
         self.weight_copies = 0
+        self.incoming = 0
+        self.freed_first = self.freed_first_copies = 0
+        self.mlp_grads = 0
+        self.forward_held = 0
+        self.forward_peak = 0  # the highest moment of its forward before that
+        self.dequantized = 0
 
     def add(self, key: str, nbytes: int) -> None:
         self.items.setdefault(key, nbytes)
@@ -53,8 +67,11 @@ class Saved:
 
 
 def _linear(s: Saved, ctx: Ctx, name: str, x_key: str, x_bytes: int, x_grad: bool,
-            n_in: int, n_out: int, quantized: bool) -> bool:
-    """Apply one (possibly LoRA-wrapped) linear layer; returns whether its output needs a grad."""
+            n_in: int, n_out: int, quantized: bool, held: int = 0) -> bool:
+    """Apply one (possibly LoRA-wrapped) linear layer; returns whether its output needs a grad.
+
+    ``held``: bytes the forward holds at this point besides the saved tensors and the input.
+    """
     t = ctx.tokens
     out_grad = x_grad
     if quantized:
@@ -77,6 +94,14 @@ def _linear(s: Saved, ctx: Ctx, name: str, x_key: str, x_bytes: int, x_grad: boo
         else:
             s.add(f"{name}.lora_x" if x_bytes != ctx.ad else x_key, ctx.ad * t * n_in)
             s.add(f"{name}.lora_a", ctx.ad * t * r)
+        # peft's forward at its peak: the input (where nothing saved it) and its copy in the
+        # adapters' dtype (autocast saves a 16-bit copy of that), the base output, and LoRA's
+        # output with its scaled copy
+        x_held = x_bytes * t * n_in if x_key not in s.items else 0
+        cast = 4 * t * n_in if ctx.mixed and x_bytes != ctx.ad else 0
+        lora_out = (ctx.c if ctx.mixed else ctx.ad) * t * n_out
+        s.forward_peak = max(s.forward_peak, s.activations + held + x_held + cast
+                             + ctx.c * t * n_out + 2 * lora_out)
         out_grad = True
     return out_grad
 
@@ -125,6 +150,11 @@ def llama_layer(spec: ModelSpec, ctx: Ctx, i: int, x_grad: bool) -> Saved:
     x = f"L{i}.x"
     g1 = _rmsnorm(s, ctx, f"L{i}.n1", x, x_grad, h)
     n1 = f"L{i}.n1.out"
+
+    def unsaved(key: str, nbytes: int) -> int:
+        """What the forward's frames hold of a tensor nothing saved (so far)."""
+        return 0 if key in s.items else nbytes
+
     qg = _linear(s, ctx, f"L{i}.q_proj", n1, p, g1, h, q, ctx.qlora)
     kg = _linear(s, ctx, f"L{i}.k_proj", n1, p, g1, h, kv, ctx.qlora)
     vg = _linear(s, ctx, f"L{i}.v_proj", n1, p, g1, h, kv, ctx.qlora)
@@ -134,16 +164,18 @@ def llama_layer(spec: ModelSpec, ctx: Ctx, i: int, x_grad: bool) -> Saved:
         s.add("rope.sin", p * ctx.seq * spec.head_dim)
     qk_bytes = max(c, p)  # q * cos promotes to the residual dtype
     _attention_core(s, ctx, spec, f"L{i}.attn", qk_bytes, f"L{i}.v_proj.out", any_grad)
-    og = _linear(s, ctx, f"L{i}.o_proj", f"L{i}.attn.out", c, any_grad, q, h, ctx.qlora)
+    og = _linear(s, ctx, f"L{i}.o_proj", f"L{i}.attn.out", c, any_grad, q, h, ctx.qlora,
+                 held=unsaved(n1, p * t * h))
     hg = x_grad or og
     mid = f"L{i}.mid"
     g2 = _rmsnorm(s, ctx, f"L{i}.n2", mid, hg, h)
     n2 = f"L{i}.n2.out"
     if spec.gated_mlp:
         gg = _linear(s, ctx, f"L{i}.gate_proj", n2, p, g2, h, inter, ctx.qlora)
-        ug = _linear(s, ctx, f"L{i}.up_proj", n2, p, g2, h, inter, ctx.qlora)
         if gg:
             s.add(f"L{i}.gate", c * t * inter)  # the activation function's input
+        ug = _linear(s, ctx, f"L{i}.up_proj", n2, p, g2, h, inter, ctx.qlora,
+                     held=c * t * inter)  # the activation function's output
         if ug:
             s.add(f"L{i}.act", c * t * inter)
         if gg:
@@ -153,8 +185,57 @@ def llama_layer(spec: ModelSpec, ctx: Ctx, i: int, x_grad: bool) -> Saved:
         mg = _linear(s, ctx, f"L{i}.up_proj", n2, p, g2, h, inter, ctx.qlora)
         if mg:
             s.add(f"L{i}.up", c * t * inter)
-    _linear(s, ctx, f"L{i}.down_proj", f"L{i}.act_out", c, mg, inter, h, ctx.qlora)
+    before, copies, peak = s.activations, s.weight_copies, s.forward_peak
+    _linear(s, ctx, f"L{i}.down_proj", f"L{i}.act_out", c, mg, inter, h, ctx.qlora,
+            held=unsaved(n2, p * t * h))
+    s.freed_first, s.freed_first_copies = s.activations - before, s.weight_copies - copies
+    s.forward_peak = peak  # a recomputation stops before down_proj's LoRA output
+    # down_proj's input gradient, then the two the gate's product makes from it
+    s.mlp_grads = c * t * inter * (3 if spec.gated_mlp else 2) if mg else 0
+    lora_out = "down_proj" in ctx.targets
+    # the residual's gradient cast to down_proj's dtype; LoRA's scaled branch gradient (with
+    # 32-bit adapters outside autocast: scaled in 32 bits, and a 16-bit copy for the base)
+    s.incoming = c * t * h if p != c else 0
+    if lora_out:
+        s.incoming += c * t * h + (ctx.ad * t * h if not ctx.mixed and ctx.ad != c else 0)
+    # held by the forward's frames when down_proj saves its last tensor: the MLP's input and
+    # product where nothing saved them; with LoRA there, the base output and peft's copy of
+    # the input in the adapters' dtype (autocast then saves a 16-bit copy of that)
+    s.forward_held = (p * t * h if n2 not in s.items else 0) + (
+        c * t * inter if f"L{i}.act_out" not in s.items else 0)
+    if lora_out:
+        s.forward_held += c * t * h + (4 * t * inter if ctx.mixed and ctx.ad != c else 0)
+    s.dequantized = c * inter * h if ctx.qlora else 0
     return s
+
+
+def backward_moments(s: Saved, ctx: Ctx, h: int, inter: int, input_key: str,
+                     recomputed: bool) -> list[tuple[int, int]]:
+    """(activations, temporaries) a decoder layer's backward adds to what the layers below it
+    keep, at its highest moments. With ``recomputed`` (gradient checkpointing) its saved
+    tensors are made again first, all but its input (``input_key``), which is the checkpoint;
+    otherwise they are still saved from the forward and not counted here.
+
+    - inside the MLP's backward, once the output projection's is done: the saved tensors less
+      what that projection kept, the gradient from above and the MLP's input gradients;
+    - checkpointing: where the recomputation stops (the projection's last saved tensor), with
+      what the forward still holds and the gradients made before it;
+    - QLoRA: the projection's own backward, its weight dequantized beside the gradient it makes.
+    """
+    t = ctx.tokens
+    saved, copies = (s.activations - s.items.get(input_key, 0), s.weight_copies) if recomputed \
+        else (0, 0)
+    incoming = ctx.p * t * h
+    moments = [(saved - s.freed_first + incoming + s.mlp_grads, copies - s.freed_first_copies)]
+    if recomputed:
+        moments.append((saved + incoming + s.incoming + s.forward_held, copies))
+        if s.forward_peak:
+            moments.append((s.forward_peak - s.items.get(input_key, 0) + incoming + s.incoming,
+                            copies))
+    if s.dequantized:
+        moments.append((saved + incoming + s.incoming + ctx.c * t * inter,
+                        copies + s.dequantized))
+    return moments
 
 
 def _layernorm(s: Saved, ctx: Ctx, name: str, x_key: str, x_grad: bool, h: int) -> bool:
@@ -206,7 +287,11 @@ def gpt2_layer(spec: ModelSpec, ctx: Ctx, i: int, x_grad: bool) -> Saved:
     fg = _linear(s, ctx, f"L{i}.c_fc", f"L{i}.ln2.out", p, g2, h, inter, ctx.qlora)
     if fg:  # gelu_new's tanh formula: input, tanh, 0.5*x and 1+tanh
         s.add(f"L{i}.gelu", 4 * lo * t * inter)
+    before, copies = s.activations, s.weight_copies
     pg = _linear(s, ctx, f"L{i}.mlp.c_proj", f"L{i}.gelu.out", lo, fg, inter, h, ctx.qlora)
     if pg:
         s.add(f"L{i}.drop2", _dropout_mask(ctx, t * h, lo))
+    s.freed_first, s.freed_first_copies = s.activations - before, s.weight_copies - copies
+    # c_proj's input gradient, then the two the last product of gelu_new makes from it
+    s.mlp_grads = 3 * lo * t * inter if fg else 0
     return s

@@ -34,11 +34,10 @@ from typing import Any, Iterator
 
 from .errors import LessonkitError
 from .models import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
-from .report import MemoryReport
-from .settings import RunSettings, validate_run
+from .report import PHASES, MemoryReport
+from .settings import MAX_ACCUMULATION, RunSettings, validate_run
 
-PHASES = ("forward", "backward", "optimizer")
-MAX_MEASURED_MICRO_BATCHES = 64  # measure runs each one; estimate() takes up to 4096
+MAX_MEASURED_MICRO_BATCHES = 64  # measure runs each one; estimate() takes up to MAX_ACCUMULATION
 
 
 def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
@@ -74,7 +73,7 @@ def validate(spec: ModelSpec, **kw: Any) -> RunSettings:
         raise LessonkitError(
             f"measure runs every micro-batch, so it takes at most {MAX_MEASURED_MICRO_BATCHES} "
             f"(gradient_accumulation={s.gradient_accumulation}); the memory does not change "
-            f"after the second, and estimate() takes up to {s.gradient_accumulation:,}.")
+            f"after the second, and estimate() takes up to {MAX_ACCUMULATION:,}.")
     if s.method == "qlora" and s.n_gpus > 1 and s.zero_stage > 0:
         raise LessonkitError("measure cannot shard a QLoRA model across GPUs (its 4-bit "
                              "weights are a CPU stand-in); use zero_stage=0 or one GPU. "

@@ -171,6 +171,14 @@ class _Step:
                              for sh, count in trainable)
         self.buckets = grads_full if n > 1 and zero == 0 else 0  # allocated up front
         self.gradients += self.buckets
+        # one decoder layer's gradients, as they appear during its backward (with several
+        # micro-batches they exist already), and the first of them: the MLP's output weight
+        mlp_out = (spec.intermediate_size, spec.hidden_size)
+        self.layer_grads = sum(grad_dtype * math.prod(local(sh, g_stage))
+                               for sh, _, trained in layer_params if trained)
+        self.first_layer_grad = grad_dtype * math.prod(local(mlp_out, g_stage)) if full else 0
+        if s.gradient_accumulation > 1:
+            self.layer_grads = self.first_layer_grad = 0
         self.head_grads = (self.p * spec.vocab_size * spec.hidden_size / (n if zero >= 2 else 1)
                            if full and not spec.tie_embeddings else 0)
         # optimizer states: sharded from ZeRO-1
@@ -246,18 +254,22 @@ class _Step:
         self.layer_copies = other.weight_copies
         self.first_saved = first.activations - rope
         self.first_copies = first.weight_copies
+        self.first_layer, self.other_layer = first, other
         self.rope = rope
+        # GPT-2's embeddings keep their dropout's mask and the position ids to the end, and
+        # with LoRA and checkpointing the token embeddings made to require grad (a leaf)
+        self.embed_saved = 0
+        if spec.family == "gpt2":
+            self.embed_saved = acts._dropout_mask(ctx, t * h, p) + 8 * s.seq_len
+            self.embed_saved += p * t * h if ckpt and not full else 0
         # the head: final norm, lm_head, log-softmax (fp32) and the targets
         head = acts.Saved()
         if spec.family == "gpt2":
             acts._layernorm(head, ctx, "final", "final.x", True, h)
-            # the embeddings' dropout and the position ids
-            head.add("embed.drop", acts._dropout_mask(ctx, t * h, p))
-            head.add("position_ids", 8 * s.seq_len)
         else:
             acts._rmsnorm(head, ctx, "final", "final.x", True, h)
         acts._linear(head, ctx, "lm_head", "final.out", p, True, h, v, False)
-        self.head_saved = head.activations + 8 * t  # plus the shifted labels
+        self.head_saved = head.activations + 8 * t + self.embed_saved  # + the shifted labels
         self.head_copies = head.weight_copies
         self.logsoftmax = 4 * t * v
         self.inputs = 8 * t  # input_ids (the labels are the same tensor)
@@ -287,17 +299,7 @@ class _Step:
                         activations=self.inputs + self.fw_layers + self.head_saved,
                         logits=self.logsoftmax + 8 * t * v,
                         temporaries=self.head_copies + self.bw_copies + self.gather)
-        # backward of the last layer: every activation still saved (with checkpointing, that
-        # layer's recomputed ones too), the head's gradients, and the gradients flowing back
-        inter = spec.intermediate_size
-        flowing = 2 * p * t * h + c * t * h + 3 * c * t * inter
-        recompute = (self.layer_saved + self.layer_copies) if s.gradient_checkpointing else 0
-        # QLoRA dequantizes one layer's weight at a time into a 16-bit temporary
-        dequantized = (c * max(a * b for a, b in spec.linear_shapes().values())
-                       if ctx.qlora else 0)
-        bw_layer = dict(static, gradients=grads_fw + self.head_grads,
-                        activations=self.inputs + self.fw_layers + recompute + flowing,
-                        temporaries=self.bw_copies + self.gather + dequantized)
+        bw_layers = self._layer_moments(static, grads_fw)
         # end: every gradient; tied embeddings add the embedding's gradient to lm_head's
         tied = 2 * p * v * h if ctx.full and spec.tie_embeddings else 0
         bw_end = dict(static, gradients=self.gradients,
@@ -305,16 +307,42 @@ class _Step:
                       temporaries=self.gather)
         step = dict(static, gradients=self.gradients, activations=self.inputs,
                     temporaries=self.step_temps)
-        fws, bws = [fw], [bw_start, bw_layer, bw_end]
+        fws, bws = [fw], [bw_start, *bw_layers, bw_end]
         if self.fsdp:
-            more_fw, bws = self._fsdp_moments(static, grads_fw, recompute + flowing)
+            more_fw, bws = self._fsdp_moments(static, grads_fw)
             fws += more_fw
             bws = [bw_start] + bws
         by_phase = {"forward": max(fws, key=lambda d: sum(d.values())),
                     "backward": max(bws, key=lambda d: sum(d.values())), "optimizer": step}
         return {k: sum(d.values()) for k, d in by_phase.items()}, by_phase
 
-    def _fsdp_moments(self, static: dict[str, int], grads_fw: int, in_layer: int
+    def _layer_moments(self, static: dict[str, int], grads_fw: int) -> list[dict[str, int]]:
+        """Inside a decoder layer's backward (activations.backward_moments), layer by layer:
+        each finished layer frees what it kept (its activations, or its checkpointed input)
+        and leaves its gradients, so the highest moment is in the first layer backward
+        reaches (the last) or in the last one (the first layer)."""
+        spec, s = self.spec, self.s
+        t, h, p = self.ctx.tokens, spec.hidden_size, self.p
+        layers, ckpt = spec.n_layers, s.gradient_checkpointing
+        kept = p * t * h if ckpt else self.layer_saved
+        kept_copies = 0 if ckpt else self.layer_copies
+        moments = []
+        for k in sorted({0, layers - 1}):  # k layers done
+            below = self.inputs + self.embed_saved + self.fw_layers - k * kept
+            for extra, temps in self._inside_layer(first=k == layers - 1):
+                moments.append(dict(
+                    static, gradients=grads_fw + self.head_grads + k * self.layer_grads
+                    + self.first_layer_grad, activations=below + extra,
+                    temporaries=self.bw_copies - k * kept_copies + temps + self.gather))
+        return moments
+
+    def _inside_layer(self, first: bool) -> list[tuple[int, int]]:
+        layer = self.first_layer if first else self.other_layer
+        return acts.backward_moments(layer, self.ctx, self.spec.hidden_size,
+                                     self.spec.intermediate_size, "L0.x" if first else "L1.x",
+                                     self.s.gradient_checkpointing)
+
+    def _fsdp_moments(self, static: dict[str, int], grads_fw: int
                       ) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
         """The forward's and the backward's highest moments under FSDP (ZeRO-3).
 
@@ -354,11 +382,12 @@ class _Step:
                          temporaries=end["temporaries"] - f["layer_grads"]
                          + (0 if k < layers - 1 else f["layer_flat"]))
             # inside its MLP's backward (as bw_layer without FSDP): down_proj's gradient done
-            inside = dict(start, activations=start["activations"] - 2 * p * t * h + in_layer,
-                          temporaries=start["temporaries"] - (0 if k < layers - 1 else
-                                                              f["layer_flat"])
-                          + self.fsdp_first_grad)
-            moments += [start, inside, end, reduce]
+            moments += [start, end, reduce]
+            for extra, temps in self._inside_layer(first=k == layers - 1):
+                moments.append(dict(
+                    start, activations=start["activations"] - 2 * p * t * h + extra,
+                    temporaries=start["temporaries"] + temps + self.fsdp_first_grad
+                    - (0 if k < layers - 1 else f["layer_flat"])))
         layer_grads = self.gradients - f["root_shard"]
         root = dict(static, gradients=layer_grads, activations=self.inputs + 2 * p * t * h,
                     temporaries=f["layer_rs"] + f["root_params"] + f["root_grads"])
