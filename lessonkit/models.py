@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from .errors import LessonkitError, normalise_name, unknown_name_message
 from .units import parse_count
@@ -29,6 +29,33 @@ class _DefaultTargets(tuple):
 
 
 DEFAULT_LORA_TARGETS = _DefaultTargets(PEFT_DEFAULT_TARGETS["default"])
+# Where transformers puts each peft-named linear layer inside a decoder layer.
+_LINEAR_PATHS = {"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj",
+                 "v_proj": "self_attn.v_proj", "o_proj": "self_attn.o_proj",
+                 "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj",
+                 "down_proj": "mlp.down_proj", "c_attn": "attn.c_attn",
+                 "attn.c_proj": "attn.c_proj", "c_fc": "mlp.c_fc", "mlp.c_proj": "mlp.c_proj"}
+_NORM_NAMES = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+               "post_feedforward_layernorm")
+
+
+class ParamTensor(NamedTuple):
+    """One parameter tensor: its name as transformers registers it (within a decoder layer, or
+    in the whole model for the outer ones), its shape as stored, and its kind: "linear" (a
+    decoder layer's weight matrix: what LoRA targets and QLoRA quantizes), "bias", "norm",
+    "embed" or "head"."""
+
+    name: str
+    shape: tuple[int, ...]
+    kind: str
+
+
+class ParameterTensors(NamedTuple):
+    """A model's parameter tensors: one decoder layer's (the same in every layer), and the
+    outer ones (embeddings, final norm, untied lm_head)."""
+
+    layer: tuple[ParamTensor, ...]
+    outer: tuple[ParamTensor, ...]
 
 
 @dataclass(frozen=True)
@@ -96,41 +123,74 @@ class ModelSpec:
             shapes.update(up_proj=(h, i), down_proj=(i, h))
         return shapes
 
-    def _bias_params_per_layer(self) -> int:
-        h = self.hidden_size
-        attn = {"none": 0, "qkv": self.q_size + 2 * self.kv_size,
-                "all": self.q_size + 2 * self.kv_size + h}[self.attention_bias]
-        mlp = (self.intermediate_size + h) if self.mlp_bias else 0
-        return attn + mlp
-
     @property
     def norms_per_layer(self) -> int:
         return 4 if self.family == "gemma2" else 2
 
+    def parameter_tensors(self) -> ParameterTensors:
+        """Every parameter tensor, named and shaped as transformers creates it: one decoder
+        layer's and the outer ones. The one inventory the parameter counts and the memory
+        estimate are computed from."""
+        h, gpt2 = self.hidden_size, self.family == "gpt2"
+
+        def norm(name: str) -> list[ParamTensor]:
+            out = [ParamTensor(f"{name}.weight", (h,), "norm")]
+            return out + ([ParamTensor(f"{name}.bias", (h,), "norm")]
+                          if self.norm == "layernorm" else [])
+
+        linears, biases = [], []
+        for key, (n_in, n_out) in self.linear_shapes().items():
+            path = _LINEAR_PATHS[key]
+            # GPT-2's Conv1D stores (in, out); nn.Linear stores (out, in)
+            linears.append(ParamTensor(f"{path}.weight", (n_in, n_out) if gpt2 else (n_out, n_in),
+                                       "linear"))
+            attention = path.startswith(("self_attn.", "attn."))
+            has_bias = (self.attention_bias == "all" or (self.attention_bias == "qkv"
+                        and key in ("q_proj", "k_proj", "v_proj"))) if attention else self.mlp_bias
+            if has_bias:
+                biases.append(ParamTensor(f"{path}.bias", (n_out,), "bias"))
+        if gpt2:  # every Conv1D has a bias
+            paired = [t for pair in zip(linears, biases) for t in pair]
+            layer = norm("ln_1") + paired[:4] + norm("ln_2") + paired[4:]
+            outer = [ParamTensor("transformer.wte.weight", (self.vocab_size, h), "embed"),
+                     ParamTensor("transformer.wpe.weight", (self.max_positions, h), "embed")]
+            outer += norm("transformer.ln_f")
+        else:
+            layer = linears + biases + [t for name in _NORM_NAMES[:self.norms_per_layer]
+                                        for t in norm(name)]
+            outer = [ParamTensor("model.embed_tokens.weight", (self.vocab_size, h), "embed")]
+            outer += norm("model.norm")
+        if not self.tie_embeddings:
+            outer.append(ParamTensor("lm_head.weight", (self.vocab_size, h), "head"))
+        return ParameterTensors(tuple(layer), tuple(outer))
+
+    def _count(self, *kinds: str) -> int:
+        tensors = self.parameter_tensors()
+        return (self.n_layers * sum(math.prod(t.shape) for t in tensors.layer if t.kind in kinds)
+                + sum(math.prod(t.shape) for t in tensors.outer if t.kind in kinds))
+
     @property
     def norm_params(self) -> int:
         """Parameters of all norm layers (per layer and the final one)."""
-        per_norm = self.hidden_size * (2 if self.norm == "layernorm" else 1)
-        return per_norm * (self.n_layers * self.norms_per_layer + 1)
+        return self._count("norm")
 
     @property
     def linear_params(self) -> int:
         """Weights of the blocks' linear layers (what LoRA targets and QLoRA quantizes)."""
-        return self.n_layers * sum(a * b for a, b in self.linear_shapes().values())
+        return self._count("linear")
 
     @property
     def embedding_params(self) -> int:
-        return self.vocab_size * self.hidden_size + self.max_positions * self.hidden_size
+        return self._count("embed")
 
     @property
     def lm_head_params(self) -> int:
-        return 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
+        return self._count("head")
 
     @property
     def n_params(self) -> int:
         """Total parameters, as ``sum(p.numel() for p in model.parameters())`` counts them."""
-        return (self.embedding_params + self.lm_head_params + self.linear_params
-                + self.n_layers * self._bias_params_per_layer() + self.norm_params)
+        return self._count("linear", "bias", "norm", "embed", "head")
 
     def lora_shapes(self, targets: tuple[str, ...] | str) -> list[tuple[int, int]]:
         """Per-layer (in, out) of the linear layers that LoRA ``targets`` select."""

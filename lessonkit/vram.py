@@ -42,41 +42,6 @@ def cuda_constants() -> dict[str, Any]:
     return json.loads(text)
 
 
-# ----- parameter tensors -------------------------------------------------------------------
-def _layer_tensors(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
-    """(kind, shape) of the parameter tensors of one decoder layer."""
-    h, inter = spec.hidden_size, spec.intermediate_size
-    out: list[tuple[str, tuple[int, ...]]] = []
-    norm = [("norm", (h,))] * (2 if spec.norm == "layernorm" else 1)
-    if spec.family == "gpt2":
-        out += norm + [("linear", (h, 3 * h)), ("bias", (3 * h,)), ("linear", (h, h)),
-                       ("bias", (h,))] + norm
-        out += [("linear", (h, inter)), ("bias", (inter,)), ("linear", (inter, h)),
-                ("bias", (h,))]
-        return out
-    for name, (n_in, n_out) in spec.linear_shapes().items():
-        out.append(("linear", (n_out, n_in)))
-    if spec.attention_bias in ("qkv", "all"):
-        out += [("bias", (spec.q_size,)), ("bias", (spec.kv_size,)), ("bias", (spec.kv_size,))]
-    if spec.attention_bias == "all":
-        out.append(("bias", (h,)))
-    if spec.mlp_bias:
-        out += [("bias", (inter,))] * (2 if spec.gated_mlp else 1) + [("bias", (h,))]
-    out += norm * spec.norms_per_layer
-    return out
-
-
-def _outer_tensors(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
-    h = spec.hidden_size
-    out = [("embed", (spec.vocab_size, h))]
-    if spec.max_positions:
-        out.append(("embed", (spec.max_positions, h)))
-    out += [("norm", (h,))] * (2 if spec.norm == "layernorm" else 1)
-    if not spec.tie_embeddings:
-        out.append(("head", (spec.vocab_size, h)))
-    return out
-
-
 def _nf4_bytes(numel: int, double_quant: bool) -> int:
     blocks = math.ceil(numel / NF4_BLOCK)
     constants = blocks + 4 * math.ceil(blocks / NF4_NESTED_BLOCK) if double_quant else 4 * blocks
@@ -140,21 +105,22 @@ class _Step:
             return (math.ceil(math.prod(shape) / n),)
 
         # (shape, bytes per element, trained) of one decoder layer's and the root's parameters
+        tensors = spec.parameter_tensors()
         layer_params: list[tuple[tuple[int, ...], int, bool]] = []
-        for kind, shape in _layer_tensors(spec):
-            if not (qlora and kind == "linear"):
-                layer_params.append((shape, self.wp, full))
+        for tensor in tensors.layer:
+            if not (qlora and tensor.kind == "linear"):
+                layer_params.append((tensor.shape, self.wp, full))
         if lora:
             for n_in, n_out in spec.lora_shapes(s.lora_targets):
                 layer_params += [((s.lora_rank, n_in), self.ad, True),
                                  ((n_out, s.lora_rank), self.ad, True)]
-        root_params = [(shape, self.wp, full) for _, shape in _outer_tensors(spec)]
+        root_params = [(tensor.shape, self.wp, full) for tensor in tensors.outer]
 
         # weights on this GPU, and (shape, count) of the trainable tensors
         weights = _buffer_bytes(spec)
         if qlora:
-            weights += layers * sum(_nf4_bytes(math.prod(sh), s.double_quant)
-                                    for kind, sh in _layer_tensors(spec) if kind == "linear")
+            weights += layers * sum(_nf4_bytes(math.prod(tensor.shape), s.double_quant)
+                                    for tensor in tensors.layer if tensor.kind == "linear")
         trainable: list[tuple[tuple[int, ...], int]] = []
         for params, count in ((layer_params, layers), (root_params, 1)):
             for shape, nbytes, trained in params:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -15,15 +16,19 @@ REQUIRED_PRESETS = [
 ]
 
 
-def transformers_param_count(spec: ModelSpec) -> int:
-    """Build the model on the meta device and count what transformers creates."""
+def transformers_parameters(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
+    """Build the model on the meta device: the name and shape of every parameter it creates."""
     import torch
     import transformers
 
     config = spec.to_hf_config()
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())
+    return {name: tuple(p.shape) for name, p in model.named_parameters()}
+
+
+def transformers_param_count(spec: ModelSpec) -> int:
+    return sum(math.prod(shape) for shape in transformers_parameters(spec).values())
 
 
 def test_required_presets_exist():
@@ -31,9 +36,37 @@ def test_required_presets_exist():
 
 
 @pytest.mark.parametrize("name", sorted(preset_names()))
-def test_preset_parameter_count_matches_transformers(name):
+def test_preset_parameter_tensors_match_transformers(name):
+    """Each parameter tensor, by name and shape, in every layer and outside them."""
     spec = get_preset(name)
-    assert spec.n_params == transformers_param_count(spec)
+    created = transformers_parameters(spec)
+    tensors = spec.parameter_tensors()
+    prefix = "transformer.h.{}." if spec.family == "gpt2" else "model.layers.{}."
+    expected = {t.name: t.shape for t in tensors.outer}
+    for i in range(spec.n_layers):
+        expected |= {prefix.format(i) + t.name: t.shape for t in tensors.layer}
+    assert created == expected
+    assert spec.n_params == sum(math.prod(shape) for shape in created.values())
+    assert spec.linear_params == spec.n_layers * sum(
+        math.prod(t.shape) for t in tensors.layer if t.kind == "linear")
+
+
+def test_parameter_tensors_of_biased_and_tied_shapes_match_transformers():
+    for spec in [
+        ModelSpec(name="biased-llama", family="llama", n_layers=2, hidden_size=64, n_heads=4,
+                  n_kv_heads=2, intermediate_size=96, vocab_size=100, attention_bias="all",
+                  mlp_bias=True),
+        ModelSpec(name="tied-qwen", family="qwen2", n_layers=1, hidden_size=64, n_heads=4,
+                  n_kv_heads=4, intermediate_size=96, vocab_size=100, attention_bias="qkv",
+                  tie_embeddings=True),
+    ]:
+        created = transformers_parameters(spec)
+        tensors = spec.parameter_tensors()
+        expected = {t.name: t.shape for t in tensors.outer} | {
+            f"model.layers.{i}.{t.name}": t.shape
+            for i in range(spec.n_layers) for t in tensors.layer}
+        assert created == expected, spec.name
+        assert spec.n_params == sum(math.prod(shape) for shape in created.values())
 
 
 @pytest.mark.parametrize("name", sorted(preset_names()))
