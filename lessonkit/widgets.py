@@ -1,22 +1,15 @@
 """Live explorers for the notebooks, built with core ipywidgets on the charts in charts.py.
 
-Each explorer returns an ``Explorer`` (an ipywidgets VBox) with ``.controls`` (name -> widget),
-``.readout`` (an HTML widget), ``.output`` (the chart), ``.figure`` and ``.redraw()``.
+Each explorer returns an ``Explorer`` (explorer.py: an ipywidgets VBox) with ``.controls``
+(name -> widget, built by controls.py), ``.readout`` (an HTML widget), ``.output`` (the chart),
+``.figure`` and ``.redraw()``. A change redraws the chart in place as one PNG; the memory
+calculator repaints only its bars and their labels. A control that moves another (a method
+brings its usual precision) redraws once. A callback never raises: a failing estimate is shown
+as a message in the readout.
 
-Redrawing: one matplotlib Figure per explorer is reused; a change updates its artists (bar
-heights, texts, limits), renders it to PNG and replaces the contents of one ``Output`` widget of
-fixed height in a single step (what ``clear_output(wait=True)`` followed by ``display(fig)``
-does), so the page neither flickers nor jumps. ipympl is not used (it does not work on Colab).
-The memory calculator repaints only its bars and their labels over a saved picture of the rest
-while the axes stay the same (same pixels as a full draw; ``benchmarks/redraw.py`` times it).
-A control that moves another (a method brings its usual precision) redraws once.
-A callback never raises: a failing estimate is shown as a message in the readout.
-
-Where no widget frontend exists: displaying an explorer puts a PNG of its current chart in the
-same output as the widget view. JupyterLab, Colab, Kaggle and VS Code show the live widget;
-GitHub's viewer, nbconvert without widget state and an untrusted reopened notebook show the PNG.
-With the environment variable ``LESSONKIT_STATIC=1`` (e.g. for papermill or nbval runs)
-explorers display only the PNG and the readout text.
+Where no widget frontend exists (GitHub's viewer, nbconvert without widget state, an untrusted
+reopened notebook) an explorer shows a PNG of its chart; with ``LESSONKIT_STATIC=1`` (papermill
+or nbval runs) it displays only that PNG and the readout text. explorer.py says more.
 
 CSS classes, for browser tests and styling:
   - every explorer: ``lessonkit-explorer`` plus ``lessonkit-vram-explorer``,
@@ -33,336 +26,31 @@ CSS classes, for browser tests and styling:
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import math
-import os
-from typing import Any, Callable
+from typing import Any
 
 from . import charts
-from .errors import LessonkitError
-from .fitting import method_label, usual_precision
-from .options import METHODS, OPTIMIZERS, PRECISIONS, ZERO_STAGES
+from .controls import (CONTROL_NAMES, GPU_COUNTS, LORA_RANKS, MODEL_SIZES, SEQ_LENS,
+                       SETUP_DEFAULTS, TOKEN_COUNTS, build_controls, estimate_settings,
+                       precision_follows_method, split_defaults, sync_enabled)
+from .explorer import CHART_DPI, explorer_class, new_figure, static_mode
+from .fitting import method_label
 from .units import GB, GiB
 
-MODEL_SIZES = ("0.5B", "1B", "3B", "7B", "8B", "13B", "34B", "70B")
-SEQ_LENS = tuple(2**k for k in range(7, 16))          # 128 .. 32768
-LORA_RANKS = tuple(2**k for k in range(0, 9))         # 1 .. 256
-GPU_COUNTS = (1, 2, 4, 8)
-TOKEN_COUNTS = (1e6, 1e7, 1e8, 1e9)
-# Estimate keyword -> (CSS name, label) of its control.
-CONTROL_NAMES = {
-    "model": ("model", "Model"), "method": ("method", "Method"),
-    "precision": ("precision", "Precision"), "optimizer": ("optimizer", "Optimizer"),
-    "batch_size": ("batch", "Batch size"), "seq_len": ("seq", "Sequence length"),
-    "lora_rank": ("rank", "LoRA rank"), "gradient_checkpointing": ("checkpointing",
-                                                                  "Gradient checkpointing"),
-    "n_gpus": ("gpus", "GPUs"), "zero_stage": ("zero", "ZeRO stage"),
-    "gpu_set": ("gpu-set", "GPUs shown"), "tokens": ("tokens", "Training tokens"),
-    "size": ("size", "Model size"), "budget": ("budget", "Budget"),
-}
-CHART_DPI = 100
-
-
-def static_mode() -> bool:
-    """True when explorers should display a plain picture only (LESSONKIT_STATIC=1)."""
-    return os.environ.get("LESSONKIT_STATIC", "").strip().lower() in ("1", "true", "yes", "on")
+__all__ = [
+    "CHART_DPI", "CONTROL_NAMES", "GPU_COUNTS", "GUIDE_ANSWERS", "LORA_RANKS", "MODEL_SIZES",
+    "PRECISION_WORDS", "SEQ_LENS", "SETUP_CONTROLS", "SETUP_DEFAULTS", "TOKEN_COUNTS",
+    "VRAM_CONTROLS", "decision_flow_explorer", "decision_readout", "environment_explorer",
+    "environment_rows", "fit_summary", "gpu_matrix_explorer", "peak_html", "precision_words",
+    "setup_html", "static_mode", "vram_explorer",
+]
 
 
 def _estimate(model: Any, **settings: Any) -> Any:
     from .fitting import estimate_cached
 
     return estimate_cached(model, **settings)
-
-
-def _error_html(exc: BaseException) -> str:
-    text = str(exc) if isinstance(exc, LessonkitError) else f"{type(exc).__name__}: {exc}"
-    return (f"<div style='color:#B22222'><b>Cannot show this combination.</b> "
-            f"{html.escape(text)}</div>")
-
-
-# ----- the explorer container --------------------------------------------------------------
-_EXPLORER_CLASS: Any = None
-
-
-def _explorer_class() -> Any:
-    """The Explorer class (defined on first use, so importing this module needs no ipywidgets)."""
-    global _EXPLORER_CLASS
-    if _EXPLORER_CLASS is not None:
-        return _EXPLORER_CLASS
-    import ipywidgets as W
-
-    class Explorer(W.VBox):
-        """Controls, a text readout and a chart that redraws in place when a control changes."""
-
-        def __init__(self, kind: str, controls: dict[str, Any], update: Callable[[Any], str],
-                     figure: Any, layout_rows: list[list[str]],
-                     static_key: Callable[[], Any] | None = None,
-                     live: Callable[[], list[Any]] | None = None,
-                     link: Callable[[Any], None] | None = None, **attributes: Any) -> None:
-            for key, value in attributes.items():
-                setattr(self, key, value)
-            self.controls = controls
-            self.figure = figure
-            self._update = update
-            self.readout = W.HTML(layout=W.Layout(min_height="3.2em"))
-            self.readout.add_class("lessonkit-readout")
-            width, height = (int(v * CHART_DPI) for v in figure.get_size_inches())
-            self.output = W.Output(layout=W.Layout(height=f"{height + 8}px",
-                                                   width=f"{width + 8}px", overflow="hidden"))
-            self.output.add_class("lessonkit-chart")
-            self.error: BaseException | None = None
-            self._png = b""
-            self._static_key = static_key if live is not None else None
-            self._live = live
-            self._link = link
-            self._linking = False
-            self._background: Any = None
-            self._frame: Any = None
-            self._background_key: Any = None
-            boxes = [W.HBox([controls[n] for n in row if n in controls])
-                     for row in layout_rows]
-            super().__init__([*boxes, self.readout, self.output])
-            self.add_class("lessonkit-explorer")
-            self.add_class(f"lessonkit-{kind}-explorer")
-            for control in controls.values():
-                control.observe(self._on_change, names="value")
-            self.redraw()
-
-        def _on_change(self, change: Any) -> None:
-            # A change that moves other controls (``link``) redraws once, after all of them.
-            if self._linking:
-                return
-            if self._link is not None:
-                self._linking = True
-                try:
-                    self._link(change)
-                except Exception as exc:  # shown, never raised
-                    self.error = exc
-                    self.readout.value = _error_html(exc)
-                    return
-                finally:
-                    self._linking = False
-            self.redraw()
-
-        def redraw(self) -> None:
-            """Recompute, update the chart's artists and show the new picture; never raises."""
-            try:
-                readout = self._update(self)
-                png = self.png()
-            except Exception as exc:  # a callback must not raise in front of a class
-                self.error = exc
-                self.readout.value = _error_html(exc)
-                return
-            self.error = None
-            self.readout.value = readout
-            self._png = png
-            data = {"image/png": base64.b64encode(png).decode("ascii"),
-                    "text/plain": "<lessonkit chart>"}
-            self.output.outputs = ({"output_type": "display_data", "data": data,
-                                    "metadata": {}},)
-
-        def png(self) -> bytes:
-            """The figure as it is now, as PNG bytes."""
-            canvas = self.figure.canvas
-            key = self._static_key() if self._static_key is not None else None
-            if key is None:
-                canvas.draw()
-            else:
-                # Paint only the live artists over a saved picture of everything else. That
-                # picture is taken again when the key says the axes changed (limits, labels),
-                # over a saved picture of the figure without its axes (the legend), which is
-                # taken again when the legend changes (key[0]).
-                live = self._live()
-                if self._background is None or key != self._background_key:
-                    if self._frame is None or key[0] != self._background_key[0]:
-                        for ax in self.figure.axes:
-                            ax.set_visible(False)
-                        try:
-                            canvas.draw()
-                        finally:
-                            for ax in self.figure.axes:
-                                ax.set_visible(True)
-                        self._frame = canvas.copy_from_bbox(self.figure.bbox)
-                    canvas.restore_region(self._frame)
-                    renderer = canvas.get_renderer()
-                    for artist in live:
-                        artist.set_animated(True)  # left out of the axes' draw
-                    try:
-                        for ax in self.figure.axes:
-                            ax.draw(renderer)
-                    finally:
-                        for artist in live:
-                            artist.set_animated(False)
-                    self._background = canvas.copy_from_bbox(self.figure.bbox)
-                    self._background_key = key
-                canvas.restore_region(self._background)
-                renderer = canvas.get_renderer()
-                for artist in live:
-                    artist.draw(renderer)
-            from PIL import Image
-
-            width, height = canvas.get_width_height()
-            image = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw",
-                                     "RGBA", 0, 1)
-            if self.figure.get_facecolor()[3] == 1:  # opaque: RGB is the same picture, smaller
-                image = image.convert("RGB")
-            buffer = io.BytesIO()
-            image.save(buffer, format="png", compress_level=1)
-            return buffer.getvalue()
-
-        def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-            bundle = super()._repr_mimebundle_(**kwargs) or {}
-            bundle["image/png"] = base64.b64encode(self._png or self.png()).decode("ascii")
-            if static_mode():
-                bundle.pop("application/vnd.jupyter.widget-view+json", None)
-                bundle["text/plain"] = _plain_text(self.readout.value)
-            return bundle
-
-    _EXPLORER_CLASS = Explorer
-    return Explorer
-
-
-def _plain_text(markup: str) -> str:
-    import re
-
-    return html.unescape(re.sub(r"<br\s*/?>", "\n", re.sub(r"<(?!br)[^>]+>", "", markup)))
-
-
-def _figure(width: float, height: float, **adjust: float) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=CHART_DPI)
-    FigureCanvasAgg(fig)
-    fig.subplots_adjust(**adjust)
-    return fig
-
-
-# ----- controls ----------------------------------------------------------------------------
-def _control(name: str, value: Any, continuous: bool) -> Any:
-    import ipywidgets as W
-
-    css, label = CONTROL_NAMES[name]
-    style = {"description_width": "initial"}
-    layout = W.Layout(width="auto")
-    if name == "model":
-        options = [(m, m) for m in MODEL_SIZES]
-        from .models import preset_names
-        options += [(p, p) for p in preset_names()]
-        if value not in [v for _, v in options]:
-            from .models import resolve_model
-            options.insert(0, (resolve_model(value).name, value))
-        widget, kind = W.Dropdown(options=options, value=value, description=label,
-                                  style=style), "dropdown"
-    elif name == "method":
-        widget, kind = W.ToggleButtons(options=list(METHODS), value=value, description=label,
-                                       style={**style, "button_width": "5.5em"}), "toggle"
-    elif name in ("precision", "optimizer", "zero_stage"):
-        options = {"precision": PRECISIONS, "optimizer": OPTIMIZERS, "zero_stage": ZERO_STAGES}
-        widget, kind = W.Dropdown(options=list(options[name]), value=value, description=label,
-                                  style=style, layout=layout), "dropdown"
-    elif name == "batch_size":
-        widget, kind = W.IntSlider(value=value, min=1, max=64, description=label, style=style,
-                                   continuous_update=continuous), "slider"
-    elif name in ("seq_len", "lora_rank", "n_gpus", "tokens"):
-        options = {"seq_len": SEQ_LENS, "lora_rank": LORA_RANKS, "n_gpus": GPU_COUNTS,
-                   "tokens": TOKEN_COUNTS}[name]
-        pairs = [(f"{v / 1e6:g}M" if name == "tokens" else str(v), v) for v in options]
-        widget, kind = W.SelectionSlider(options=pairs, value=value, description=label,
-                                         style=style, continuous_update=continuous), "slider"
-    elif name == "gradient_checkpointing":
-        widget, kind = W.Checkbox(value=bool(value), description=label, indent=False,
-                                  layout=layout), "checkbox"
-    elif name == "gpu_set":
-        widget, kind = W.ToggleButtons(options=["Guide's four", "All"], value=value,
-                                       description=label, style=style), "toggle"
-    elif name == "size":
-        widget, kind = W.Dropdown(options=list(MODEL_SIZES), value=value, description=label,
-                                  style=style, layout=layout), "dropdown"
-    else:  # budget
-        widget, kind = W.ToggleButtons(options=["Low", "High"], value=value, description=label,
-                                       style=style), "toggle"
-    widget.add_class(f"lessonkit-{kind}-{css}")
-    return widget
-
-
-_ALLOWED = {  # allowed values of each control, for clear errors on bad defaults
-    "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
-    "zero_stage": ZERO_STAGES, "seq_len": SEQ_LENS, "lora_rank": LORA_RANKS,
-    "n_gpus": GPU_COUNTS, "tokens": TOKEN_COUNTS, "size": MODEL_SIZES,
-    "budget": ("Low", "High"), "gpu_set": ("Guide's four", "All"),
-}
-SETUP_DEFAULTS = {  # estimate()'s own defaults, so an explorer starts where estimate() does
-    "method": "full", "precision": "bf16-mixed", "optimizer": "adamw", "batch_size": 1,
-    "seq_len": 512, "lora_rank": 16, "gradient_checkpointing": False, "n_gpus": 1,
-    "zero_stage": 0,
-}
-
-
-def _controls(names: list[str], values: dict[str, Any], continuous: bool) -> dict[str, Any]:
-    controls = {}
-    for name in names:
-        value = values[name]
-        allowed = _ALLOWED.get(name)
-        if allowed is not None and value not in allowed:
-            raise LessonkitError(f"{CONTROL_NAMES[name][1]} {value!r} is not on the control; "
-                                 f"allowed: {', '.join(map(str, allowed))}.")
-        if name == "batch_size" and not (isinstance(value, int) and 1 <= value <= 64):
-            raise LessonkitError(f"Batch size must be a whole number from 1 to 64, got {value!r}.")
-        controls[name] = _control(name, value, continuous)
-    return controls
-
-
-def _split_defaults(names: list[str], model: Any, defaults: dict[str, Any]
-                    ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Values for the controls, and the fixed estimate settings passed through unchanged."""
-    import inspect
-
-    from .vram import estimate
-
-    known = set(inspect.signature(estimate).parameters) - {"model"}
-    values = {**SETUP_DEFAULTS, "model": model}
-    fixed = {}
-    for key, value in defaults.items():
-        if key in names:
-            values[key] = value
-        elif key in known:
-            fixed[key] = value
-        else:
-            raise LessonkitError(f"Unknown setting {key!r}; the explorer takes "
-                                 f"{', '.join(sorted(set(names) | known))}.")
-    if "precision" in names and "precision" not in defaults and values["method"] in METHODS:
-        values["precision"] = usual_precision(values["method"])
-    return values, fixed
-
-
-def _precision_follows_method(controls: dict[str, Any]) -> Callable[[Any], None]:
-    """A link: choosing a method moves precision to that method's usual one (the student can
-    change it afterwards)."""
-    def link(change: Any) -> None:
-        if change["owner"] is controls["method"] and "precision" in controls:
-            controls["precision"].value = usual_precision(change["new"])
-    return link
-
-
-def _settings(controls: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
-    settings = {k: w.value for k, w in controls.items() if k in SETUP_DEFAULTS}
-    if "lora_targets" not in fixed and "model" in controls:
-        from .models import resolve_model
-
-        # GPT-2 names its attention projection c_attn (peft's default target for it).
-        if resolve_model(controls["model"].value).family == "gpt2":
-            settings["lora_targets"] = ("c_attn",)
-    return {**settings, **fixed}
-
-
-def _sync_enabled(controls: dict[str, Any]) -> None:
-    if "lora_rank" in controls:
-        controls["lora_rank"].disabled = controls["method"].value == "full"
-    if "zero_stage" in controls and "n_gpus" in controls:
-        controls["zero_stage"].disabled = controls["n_gpus"].value == 1
 
 
 def peak_html(report: Any) -> str:
@@ -436,24 +124,24 @@ def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defau
     Precision starts at, and follows, the method's usual one (``fitting.usual_precision``:
     bf16-mixed for full fine-tuning, bf16 for LoRA and QLoRA) unless chosen afterwards.
     """
-    values, fixed = _split_defaults(VRAM_CONTROLS, model, defaults)
-    controls = _controls(VRAM_CONTROLS, values, continuous_update)
-    figure = _figure(7.5, 3.6, left=0.1, right=0.77, bottom=0.2, top=0.9)
+    values, fixed = split_defaults(VRAM_CONTROLS, model, defaults)
+    controls = build_controls(VRAM_CONTROLS, values, continuous_update)
+    figure = new_figure(7.5, 3.6, left=0.1, right=0.77, bottom=0.2, top=0.9)
     chart = charts.BreakdownChart(figure.add_subplot())
 
     def update(explorer: Any) -> str:
-        _sync_enabled(controls)
-        report = _estimate(controls["model"].value, **_settings(controls, fixed))
+        sync_enabled(controls)
+        report = _estimate(controls["model"].value, **estimate_settings(controls, fixed))
         explorer.chart.update(report)
         explorer.report = report
         return fit_summary(report)
 
-    return _explorer_class()(
+    return explorer_class()(
         "vram", controls, update, figure,
         [["model", "method"], ["precision", "optimizer"], ["batch_size", "seq_len"],
          ["lora_rank", "gradient_checkpointing"], ["n_gpus", "zero_stage"]],
         static_key=chart.static_key, live=chart.live_artists,
-        link=_precision_follows_method(controls),
+        link=precision_follows_method(controls),
         chart=chart, report=None)
 
 
@@ -472,15 +160,15 @@ def gpu_matrix_explorer(model: Any = "7B", gpus: list[Any] | None = None, *,
 
     fixed_gpus = None if gpus is None else [get_gpu(g) for g in gpus]
     names = SETUP_CONTROLS + ([] if fixed_gpus is not None else ["gpu_set"])
-    values, fixed = _split_defaults(names, model, {"gpu_set": "Guide's four", **defaults}
+    values, fixed = split_defaults(names, model, {"gpu_set": "Guide's four", **defaults}
                                     if fixed_gpus is None else defaults)
-    controls = _controls(names, values, continuous_update)
-    figure = _figure(7.5, 4.6, left=0.26, right=0.97, bottom=0.12, top=0.86)
+    controls = build_controls(names, values, continuous_update)
+    figure = new_figure(7.5, 4.6, left=0.26, right=0.97, bottom=0.12, top=0.86)
     ax = figure.add_subplot()
 
     def update(explorer: Any) -> str:
-        _sync_enabled(controls)
-        report = _estimate(controls["model"].value, **_settings(controls, fixed))
+        sync_enabled(controls)
+        report = _estimate(controls["model"].value, **estimate_settings(controls, fixed))
         shown = fixed_gpus if fixed_gpus is not None else list_gpus(
             in_guide=True if controls["gpu_set"].value == "Guide's four" else None)
         ax.clear()
@@ -488,11 +176,11 @@ def gpu_matrix_explorer(model: Any = "7B", gpus: list[Any] | None = None, *,
         explorer.report = report
         return fit_summary(report, shown)
 
-    return _explorer_class()(
+    return explorer_class()(
         "gpu-matrix", controls, update, figure,
         [["model", "method"], ["precision", "optimizer"], ["batch_size", "seq_len"],
          ["lora_rank", "gradient_checkpointing"], ["gpu_set"]],
-        link=_precision_follows_method(controls), report=None, drawn=None)
+        link=precision_follows_method(controls), report=None, drawn=None)
 
 
 def environment_rows(recommendation: Any) -> list[dict[str, Any]]:
@@ -530,8 +218,8 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
     names = ["model", "method", "batch_size", "seq_len", "tokens"]
     values = {"model": model, "method": method, "tokens": tokens, "batch_size": batch_size,
               "seq_len": seq_len}
-    controls = _controls(names, values, continuous_update)
-    figure = _figure(7.5, 4.2, left=0.27, right=0.97, bottom=0.12, top=0.88)
+    controls = build_controls(names, values, continuous_update)
+    figure = new_figure(7.5, 4.2, left=0.27, right=0.97, bottom=0.12, top=0.88)
     ax = figure.add_subplot()
 
     def update(explorer: Any) -> str:
@@ -558,7 +246,7 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
                 f"(${fastest['cost']:,.2f}).<br><small>Time assumes {rec.mfu:.0%} of each GPU's "
                 f"dense bf16 TFLOPS; prices are typical on-demand rates per GPU-hour.</small>")
 
-    return _explorer_class()(
+    return explorer_class()(
         "environment", controls, update, figure,
         [["model", "method"], ["batch_size", "seq_len"], ["tokens"]],
         recommendation=None, rows=None, drawn=None)
@@ -575,8 +263,8 @@ def decision_flow_explorer(size: str = "7B", budget: str = "Low") -> Any:
     """Pick a model size and budget: the guide's flow with the path taken, that path checked
     against the numbers, and ``lessonkit.recommend``'s cheapest setup per method for the same
     size and budget (no budget limit where the flow does not ask for one)."""
-    controls = _controls(["size", "budget"], {"size": size, "budget": budget}, False)
-    figure = _figure(7.5, 4.2, left=0.0, right=1.0, bottom=0.0, top=1.0)
+    controls = build_controls(["size", "budget"], {"size": size, "budget": budget}, False)
+    figure = new_figure(7.5, 4.2, left=0.0, right=1.0, bottom=0.0, top=1.0)
     ax = figure.add_subplot()
 
     def update(explorer: Any) -> str:
@@ -591,7 +279,7 @@ def decision_flow_explorer(size: str = "7B", budget: str = "Low") -> Any:
         explorer.recommendation = rec
         return decision_readout(path, rec)
 
-    return _explorer_class()("decision-flow", controls, update, figure, [["size", "budget"]],
+    return explorer_class()("decision-flow", controls, update, figure, [["size", "budget"]],
                              path=None, drawn=None, recommendation=None)
 
 
