@@ -4,6 +4,9 @@ Each storage an operator creates is recorded once (an allocation event) and a we
 records when it is freed. The running total of live bytes gives the peak; the event log, replayed
 afterwards, gives the composition at the peak once the caller has said which storages are weights,
 gradients and optimizer state. Works the same on real and on fake tensors (FakeTensorMode).
+
+Private, and needs torch: it is imported only by measure() (measuring.py), after checking that
+torch is installed.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """CPU stand-ins with the storage layout of GPU-only pieces, the optimizers measure() uses,
 and several GPUs simulated in one process.
 
+Private, and needs torch: it is imported only by measure() (measuring.py), after checking that
+torch is installed.
+
 - ``Linear4bitStandIn``: bitsandbytes ``Linear4bit`` (NF4, blocks of 64): the weight packed two
   4-bit values per byte, an fp32 absmax per block of 64 (or, with double quantization, a uint8
   absmax per block plus an fp32 constant per 256 blocks); the forward and the backward each
@@ -26,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch import nn
 
-from . import memtrack
+from . import _memtrack
 from .errors import LessonkitError
 
 NF4_BLOCK = 64
@@ -168,7 +171,7 @@ class Linear4bitStandIn(nn.Module):
 
     def dequantize(self) -> torch.Tensor:
         """The weight in the compute dtype: a fresh temporary, as bitsandbytes makes it."""
-        with memtrack.label("temporaries"):
+        with _memtrack.label("temporaries"):
             weight = torch.zeros((self.out_features, self.in_features), dtype=self.compute_dtype,
                                  device=self.packed.device)
             # Touch the packed values so the result depends on them (the memory is what matters).

@@ -2,7 +2,7 @@
 
 On CPU (the default) the step runs under FakeTensorMode: every operator of a real transformers
 model runs on tensors that have shapes, dtypes and storages but no data, so nothing is
-allocated and a 7B-shaped step takes seconds. A small dispatch mode (memtrack.py) follows every
+allocated and a 7B-shaped step takes seconds. A small dispatch mode (_memtrack.py) follows every
 storage. On a CUDA device the step runs for real and the CUDA allocator's figures are added.
 
 The step: one untracked optimizer step on zero gradients (so the optimizer states exist, the
@@ -22,8 +22,11 @@ x (forward with loss, backward), then ``optimizer.step()``. Categories at the pe
 ``parameter_bytes`` (parameters only), ``buffer_bytes`` (buffers, e.g. rotary tables and QLoRA's
 packed weights), ``gradient_bytes``, ``optimizer_bytes``, ``trainable_parameters``, the attention
 implementation used, per-micro-batch forward peaks with gradient accumulation, and on a GPU the
-allocator's and driver's figures. Several GPUs are simulated for rank 0 (see standins.Parallel);
+allocator's and driver's figures. Several GPUs are simulated for rank 0 (see _standins.Parallel);
 ZeRO-3 with a "-mixed" precision runs FSDP2's MixedPrecisionPolicy instead of autocast.
+
+This module imports without torch (measure() says what to install); its helpers, the private
+modules _memtrack.py and _standins.py, need torch and are imported only inside measure().
 """
 
 from __future__ import annotations
@@ -137,7 +140,7 @@ def build_model(spec: ModelSpec, settings: RunSettings, device: str) -> Any:
                 if "lora_" in name:
                     param.data = param.data.to(torch.bfloat16)
         if settings.method == "qlora":
-            from .standins import quantize_linears
+            from ._standins import quantize_linears
 
             quantize_linears(model, compute_dtype, settings.double_quant,
                              real=settings.device == "cuda" and device != "meta")
@@ -187,8 +190,8 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .memtrack import Tracker, fsdp_buffers_are_temporaries, storage_keys, tensor_bytes
-    from .standins import (Parallel, fake_process_group, make_optimizer, off_device_tensors,
+    from ._memtrack import Tracker, fsdp_buffers_are_temporaries, storage_keys, tensor_bytes
+    from ._standins import (Parallel, fake_process_group, make_optimizer, off_device_tensors,
                            quant_state_tensors, state_tensors)
 
     _, compute_dtype = dtypes(settings)

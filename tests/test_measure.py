@@ -255,9 +255,12 @@ def test_estimate_and_measure_refuse_the_same_input_in_the_same_words():
 
 
 def test_measure_adds_only_what_it_cannot_run():
+    from lessonkit.settings import MAX_ACCUMULATION
     from lessonkit.vram import estimate
 
     for kwargs, message in [(dict(gradient_accumulation=65), "measure runs every micro-batch"),
+                            (dict(gradient_accumulation=65),
+                             f"estimate\\(\\) takes up to {MAX_ACCUMULATION:,}\\."),
                             (dict(method="qlora", n_gpus=2, zero_stage=2), "cannot shard")]:
         estimate(TINY, **kwargs)  # accepted there
         with pytest.raises(LessonkitError, match=message):

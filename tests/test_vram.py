@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -174,6 +175,37 @@ def test_import_stays_light_and_estimate_needs_no_torch() -> None:
             "assert r.total_bytes > 0; "
             "bad = [m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules]; "
             "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# lessonkit's private modules that need torch, as their docstrings say; measure() imports them
+NEEDS_TORCH = {"_memtrack", "_standins"}
+
+
+def test_every_public_module_imports_without_torch() -> None:
+    import pkgutil
+
+    import lessonkit
+
+    names = sorted(m.name for m in pkgutil.iter_modules(lessonkit.__path__)
+                   if m.name != "__main__")
+    assert NEEDS_TORCH <= set(names)
+    public = [n for n in names if n not in NEEDS_TORCH]
+    assert all(not n.startswith("_") for n in public), public
+    for name in NEEDS_TORCH:
+        source = (Path(lessonkit.__file__).parent / f"{name}.py").read_text()
+        assert "Private, and needs torch" in source, name
+    code = ("import importlib, sys\n"
+            "sys.modules['torch'] = None  # import torch now raises ImportError\n"
+            f"for name in {public!r}:\n"
+            "    importlib.import_module('lessonkit.' + name)\n"
+            "import lessonkit\n"
+            "try:\n"
+            "    lessonkit.measure('7B')\n"
+            "except lessonkit.LessonkitError as err:\n"
+            "    assert 'pip install' in str(err), err\n"
+            "else:\n"
+            "    raise AssertionError('measure ran without torch')\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
