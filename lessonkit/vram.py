@@ -442,9 +442,11 @@ class _Step:
                     2: "ZeRO-2: optimizer states and gradients sharded",
                     3: "ZeRO-3 (FSDP, one unit per decoder layer): parameters, gradients and "
                        "states sharded; the embeddings, final norm and lm_head stay gathered "
-                       "through forward and backward, and up to two decoder layers are "
-                       "gathered at once (the current and the prefetched one), with the "
-                       "current layer's unsharded gradients and its reduce-scatter buffer"
+                       "through forward and backward; one decoder layer's parameters are "
+                       "gathered at a time, beside the next layer's all-gather buffer "
+                       "(prefetched); in backward, add that layer's unsharded gradients and one "
+                       "reduce-scatter buffer (the previous layer's, then its own): at most "
+                       "four layer-sized buffers at once"
                     }[s.zero_stage]
             notes.append(f"{s.n_gpus} GPUs, {kind}; figures are per GPU.")
         if s.offload_optimizer:

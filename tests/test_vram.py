@@ -81,6 +81,23 @@ def test_zero3_on_8_gpus_shards_exactly() -> None:
     assert one["weight_bytes"] - buffers == 4 * spec.n_params
 
 
+def test_zero3_buffers_are_what_the_assumption_says() -> None:
+    """At the backward peak: the root gathered, plus four layer-sized 16-bit buffers (the
+    layer's parameters, the next one's all-gather buffer, its unsharded gradients, one
+    reduce-scatter buffer), as the assumption text says."""
+    spec = get_preset("llama-2-7b")  # every dimension divides by 8: no padding
+    tensors = spec.parameter_tensors()
+    layer = 2 * sum(math.prod(t.shape) for t in tensors.layer)
+    root = 2 * sum(math.prod(t.shape) for t in tensors.outer)
+    for kw in (dict(), dict(seq_len=64), dict(gradient_checkpointing=True)):
+        r = _est("llama-2-7b", n_gpus=8, zero_stage=3, precision="bf16", device="cpu", **kw)
+        assert r.peak_phase == "backward"
+        assert r.breakdown["temporaries"] == root + 4 * layer
+        note = next(a for a in r.assumptions if "ZeRO-3" in a)
+        assert "one decoder layer's parameters" in note and "four layer-sized" in note
+        assert "two decoder layers" not in note
+
+
 def test_zero_stages_shard_what_they_say() -> None:
     e = {z: _est("llama-2-7b", n_gpus=4, zero_stage=z).settings["estimated"] for z in range(4)}
     full = _est("llama-2-7b").settings["estimated"]
