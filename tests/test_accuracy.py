@@ -31,9 +31,15 @@ SPECS = {
     "llama4": ModelSpec(name="small-llama-4L", family="llama", n_layers=4, hidden_size=384,
                         n_heads=6, n_kv_heads=2, intermediate_size=1024, vocab_size=8192),
     # layers outweigh the embeddings, as in real models: under ZeRO-3 the layer-by-layer
-    # gathers and reductions decide the peak
+    # gathers and reductions decide the peak, and with checkpointing the moment inside the
+    # first layer's backward (every other layer's gradients made, its activations recomputed)
     "wide": ModelSpec(name="wide-llama-4L", family="llama", n_layers=4, hidden_size=512,
                       n_heads=8, n_kv_heads=8, intermediate_size=1408, vocab_size=1000),
+    "wgpt2": ModelSpec(name="wide-gpt2-4L", family="gpt2", n_layers=4, hidden_size=512,
+                       n_heads=8, n_kv_heads=8, intermediate_size=2048, vocab_size=1000,
+                       tie_embeddings=True, gated_mlp=False, norm="layernorm",
+                       attention_bias="all", mlp_bias=True, max_positions=1024,
+                       hidden_act="gelu_new"),
 }
 
 # (family, settings): every method, precision and optimizer, several batch sizes and lengths,
@@ -115,6 +121,19 @@ GRID = [
     ("wide", dict(batch_size=1, seq_len=64, n_gpus=4, zero_stage=3, precision="fp32")),
     # GPT-2 has no q_proj/v_proj: LoRA's default targets become peft's default, c_attn
     ("gpt2", dict(batch_size=4, seq_len=128, method="lora")),
+    # checkpointing where the activations outweigh the logits: the peak is inside a layer's
+    # backward (its recomputation, its MLP's backward), in the first layer or the last
+    ("wide", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, precision="bf16")),
+    ("wide", dict(batch_size=4, seq_len=512, gradient_checkpointing=True)),
+    ("wide", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, method="lora")),
+    ("wide", dict(batch_size=4, seq_len=512, n_gpus=2, zero_stage=3,
+                  gradient_checkpointing=True)),
+    ("wide", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, method="lora",
+                  lora_targets="all-linear", precision="bf16")),
+    ("wide", dict(batch_size=2, seq_len=512, gradient_checkpointing=True, method="qlora",
+                  lora_targets="all-linear")),
+    ("wgpt2", dict(batch_size=4, seq_len=512, gradient_checkpointing=True)),
+    ("wgpt2", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, method="lora")),
 ]
 
 
@@ -159,6 +178,12 @@ def test_grid_covers_what_it_claims() -> None:
     assert {SPECS[f].family for f, _ in sharded_mixed} >= {"llama", "qwen2", "gpt2"}
     assert any(SPECS[f].family == "gpt2" and kw.get("method") == "lora"
                and "lora_targets" not in kw for f, kw in GRID)
+    # checkpointing where activations outweigh the logits, for every method and ZeRO-3
+    wide_ckpt = [kw for f, kw in GRID if SPECS[f].vocab_size <= 1000
+                 and kw.get("gradient_checkpointing") and kw["batch_size"] * kw["seq_len"] >= 1024]
+    assert {kw.get("method", "full") for kw in wide_ckpt} == set(METHODS)
+    assert any(kw.get("zero_stage") == 3 for kw in wide_ckpt)
+    assert {SPECS[f].family for f, kw in GRID if kw in wide_ckpt} >= {"llama", "gpt2"}
 
 
 @pytest.mark.parametrize("case", GRID, ids=_id)
@@ -195,6 +220,12 @@ LARGE = [
     ("llama-2-7b", dict(batch_size=2, seq_len=512, method="lora", precision="bf16")),
     ("llama-2-7b", dict(batch_size=1, seq_len=1024, n_gpus=8, zero_stage=3,
                         optimizer="adamw-fused")),
+    # checkpointing on real shapes
+    ("llama-2-7b", dict(batch_size=4, seq_len=512, method="qlora", precision="bf16",
+                        gradient_checkpointing=True)),
+    ("llama-2-7b", dict(batch_size=4, seq_len=1024, method="lora", precision="bf16",
+                        gradient_checkpointing=True)),
+    ("qwen2.5-0.5b", dict(batch_size=8, seq_len=2048, gradient_checkpointing=True)),
 ]
 
 
