@@ -7,7 +7,9 @@ tensor; the activations are what each operator of the model saves for backward
 - forward: weights + optimizer states (+ gradients from earlier micro-batches) + every saved
   activation + the logits, their fp32 copy and the log-softmax at the loss;
 - backward: at its start the log-softmax's gradient joins the saved activations; then, layer
-  by layer, activations are freed while gradients appear; at its end every gradient exists;
+  by layer, activations (or checkpoints) are freed while gradients appear, with each layer's
+  own highest moments inside (activations.backward_moments: its MLP's backward, where a
+  checkpointed layer's recomputation stops); at its end every gradient exists;
 - optimizer: weights + gradients + states + the step's own temporaries.
 
 Under ZeRO-3 (FSDP) the forward and the backward are followed layer by layer as well (gathered
