@@ -131,6 +131,9 @@ class ModelSpec:
         """Every parameter tensor, named and shaped as transformers creates it: one decoder
         layer's and the outer ones. The one inventory the parameter counts and the memory
         estimate are computed from."""
+        return _parameter_tensors(self)
+
+    def _list_parameter_tensors(self) -> ParameterTensors:
         h, gpt2 = self.hidden_size, self.family == "gpt2"
 
         def norm(name: str) -> list[ParamTensor]:
@@ -270,6 +273,11 @@ class ModelSpec:
         from .hf import hf_config_from_spec
 
         return hf_config_from_spec(self)
+
+
+@lru_cache(maxsize=256)
+def _parameter_tensors(spec: ModelSpec) -> ParameterTensors:
+    return spec._list_parameter_tensors()  # specs are frozen: the same spec, the same list
 
 
 # ----- presets and sizes ------------------------------------------------------------------
