@@ -53,6 +53,26 @@ def test_checkpointing_lowers_activations_and_forward_peak(model) -> None:
     assert ckpt.phase_peaks["forward"] - plain.phase_peaks["forward"] < -kept
 
 
+def test_checkpointed_backward_peaks_in_the_first_layer_when_gradients_outgrow_inputs() -> None:
+    """Each finished layer frees its 16-bit input (4 x 512 tokens x 512 = 2 MiB here) and leaves
+    its gradients (6 MiB): the peak is inside the first layer's backward, with every other
+    layer's gradients made; with LoRA (tiny gradients) it is inside the last layer's."""
+    from lessonkit.models import ModelSpec
+
+    wide = ModelSpec(name="wide", family="llama", n_layers=4, hidden_size=512, n_heads=8,
+                     n_kv_heads=8, intermediate_size=1408, vocab_size=1000)
+    layer = 2 * sum(math.prod(t.shape) for t in wide.parameter_tensors().layer)
+    kw = dict(batch_size=4, seq_len=512, gradient_checkpointing=True, precision="bf16",
+              device="cpu")
+    full = estimate(wide, **kw)
+    assert full.peak_phase == "backward"
+    assert full.breakdown["gradients"] > (wide.n_layers - 1) * layer
+    lora = estimate(wide, method="lora", **kw)
+    assert lora.peak_phase == "backward"
+    four_inputs = wide.n_layers * 2 * 4 * 512 * 512
+    assert lora.breakdown["activations"] > four_inputs  # every checkpoint still held
+
+
 def test_qlora_below_lora_below_full() -> None:
     totals = [_est("llama-2-7b", method=m, batch_size=2, seq_len=1024).total_bytes
               for m in ("qlora", "lora", "full")]
