@@ -329,5 +329,6 @@ def decision_readout(path: list[str], rec: Any) -> str:
         run = f"batch {s['batch_size']} x {s['seq_len']}" + (
             " with checkpointing" if s["gradient_checkpointing"] else "")
         lines.append(f"{esc(label)}: <b>{esc(option.setup)}</b> on {esc(option.name)}, peak "
-                     f"{option.peak_bytes / GB:,.1f} GB per GPU at {run}, {esc(price)}")
+                     f"{option.peak_bytes / GB:,.1f} GB ({option.peak_bytes / GiB:,.1f} GiB) per "
+                     f"GPU at {run}, {esc(price)}")
     return "<br>".join(lines)

@@ -124,6 +124,9 @@ def test_vram_explorer_in_jupyterlab(page: object, server: lab.LabServer) -> Non
     # LoRA, where the activations (and so the batch) set the peak.
     explorer.locator(".lessonkit-toggle-method").get_by_role("button", name="lora", exact=True).click()
     lora = wait_for_change(page, explorer, first)
+    # The method brings its usual precision, as notebook 1 tells the student.
+    assert explorer.locator(".lessonkit-dropdown-precision select").input_value() == "bf16"
+    assert "precision bf16 (bf16 base weights" in lora[0]
     shot(page, "01_vram_explorer-2-lora", explorer)
 
     handle = explorer.locator(".lessonkit-slider-batch .noUi-handle")

@@ -20,7 +20,7 @@ from lessonkit.errors import LessonkitError
 from lessonkit.fitting import usual_precision
 from lessonkit.gpus import get_gpu, list_gpus
 from lessonkit.report import CATEGORIES
-from lessonkit.units import GB
+from lessonkit.units import GB, GiB
 from lessonkit.verdicts import flow_notes
 from lessonkit.vram import estimate
 
@@ -354,7 +354,8 @@ def expected_readout_lines(rec) -> list[str]:
     lines = []
     for method, option in rec.best_per_method().items():
         lines.append(f"<b>{html.escape(option.setup)}</b> on {html.escape(option.name)}, peak "
-                     f"{option.peak_bytes / GB:,.1f} GB per GPU")
+                     f"{option.peak_bytes / GB:,.1f} GB ({option.peak_bytes / GiB:,.1f} GiB) "
+                     f"per GPU")
     return lines
 
 
@@ -388,7 +389,8 @@ def test_decision_flow_estimates_lora_in_bf16_not_fp32_under_autocast():
     assert lora.settings["precision"] == "bf16"
     assert lora.peak_bytes < autocast.total_bytes / 2
     assert f"{autocast.total_bytes / GB:,.1f} GB" not in explorer.readout.value
-    assert f"{lora.peak_bytes / GB:,.1f} GB per GPU" in explorer.readout.value
+    assert f"{lora.peak_bytes / GB:,.1f} GB ({lora.peak_bytes / GiB:,.1f} GiB) per GPU" \
+        in explorer.readout.value
 
 
 @pytest.mark.parametrize("size", widgets.MODEL_SIZES)
