@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import LessonkitError, choose
 from .report import CATEGORIES, LABELS, MemoryReport
-from .units import GB, GiB, parse_count
+from .units import GB, GiB, format_hours, parse_count
 
 # Fixed colours, so a category looks the same in every chart of the course.
 CATEGORY_COLORS = {
@@ -381,7 +381,7 @@ def draw_environment_costs(ax: Any, rows: Sequence[Any]) -> dict[str, Any]:
             hours = d["hours"]
             text = f"${cost:,.2f}"
             if hours is not None:
-                text += f" · {float(hours):,.1f} h"
+                text += f" · {format_hours(float(hours))}"
             if d["gpu"]:
                 text += f" on {d['gpu']}"
             color = "black"

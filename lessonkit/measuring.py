@@ -123,6 +123,10 @@ def build_model(spec: ModelSpec, settings: RunSettings, device: str) -> Any:
                 raise
             model = transformers.AutoModelForCausalLM.from_config(
                 spec.to_hf_config(), attn_implementation="eager", dtype=weight_dtype)
+    if getattr(model, "loss_type", "") is None:
+        # GPT-2's class name matches no entry of transformers' loss table, which then warns at
+        # every step before using the causal-LM loss anyway: name that loss up front.
+        model.loss_type = "ForCausalLM"
     if settings.method != "full":
         import peft
 

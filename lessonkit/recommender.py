@@ -30,7 +30,7 @@ from .fitting import (DEFAULT_BATCH, DEFAULT_MFU, DEFAULT_SEQ, METHOD_WORDS, ass
 from .models import ModelSpec, resolve_model
 from .options import METHODS
 from .settings import MAX_BATCH, MAX_SEQ
-from .units import GiB, parse_count
+from .units import GiB, format_hours, parse_count
 
 BUDGET_WORDS = {"free": 0.0, "low": 2.0, "high": math.inf}
 MAX_TOKENS = 1e14
@@ -156,7 +156,7 @@ class Recommendation:
             f"<tr><td>{i}</td><td>{esc(o.name)}</td><td>{esc(o.setup)}</td><td>{esc(o.method)}</td>"
             f"<td>{o.peak_bytes / GiB:.1f} / {o.usable_bytes / GiB:.1f} GiB</td>"
             f"<td>${o.price_per_hour:.2f}/h</td>"
-            f"<td>{'' if o.hours is None else f'{o.hours:,.1f} h'}</td>"
+            f"<td>{'' if o.hours is None else format_hours(o.hours)}</td>"
             f"<td>{'' if o.cost_usd is None else f'${o.cost_usd:,.2f}'}</td></tr>"
             for i, o in enumerate(self.options[:15], 1))
         extra = "".join(f"<li>{esc(x)}</li>" for x in self.needs + self.guide + self.assumptions)
@@ -342,7 +342,7 @@ def _option(spec: ModelSpec, env: Environment, offer: Any, method: str, batch: i
                 + (", tight" if fit.headroom_bytes < 0.05 * gpu.usable_bytes else "") + "); "
                 + ("free" if price.high == 0 else f"${hourly:.2f}/h, "
                    f"${per_million:.2f} per million tokens")
-                + (f"; {hours:,.1f} h and ${cost:,.2f} for the run" if hours is not None else ""))
+                + (f"; {format_hours(hours)} and ${cost:,.2f} for the run" if hours is not None else ""))
         if offer.purchase_usd:
             low, high = offer.purchase_usd
             note += (f"; buy for ${low * count:,.0f}-{high * count:,.0f}, counted here spread over "

@@ -55,3 +55,12 @@ def parse_count(value: object) -> float:
         if match:
             return float(match.group(1)) * _COUNT_SUFFIXES[match.group(2)]
     raise LessonkitError(f"Expected a parameter count such as '7B' or 7e9, got {value!r}.")
+
+
+def format_hours(hours: float) -> str:
+    """A run time for people: '45 min' under an hour, '5.3 h' under two days, else '12.5 days'."""
+    if hours < 1:
+        return f"{max(1, round(hours * 60))} min"
+    if hours < 48:
+        return f"{hours:,.1f} h"
+    return f"{hours / 24:,.1f} days"

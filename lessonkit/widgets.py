@@ -36,7 +36,7 @@ from .controls import (CONTROL_NAMES, GPU_COUNTS, LORA_RANKS, MODEL_SIZES, SEQ_L
                        precision_follows_method, split_defaults, sync_enabled)
 from .explorer import CHART_DPI, explorer_class, new_figure, static_mode
 from .fitting import method_label
-from .units import GB, GiB
+from .units import GB, GiB, format_hours
 
 __all__ = [
     "CHART_DPI", "CONTROL_NAMES", "GPU_COUNTS", "GUIDE_ANSWERS", "LORA_RANKS", "MODEL_SIZES",
@@ -241,8 +241,8 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
         fastest = min(possible, key=lambda r: r["hours"])
         return (f"Cheapest: {html.escape(cheapest['name'])} on "
                 f"{html.escape(cheapest['gpu'])}, ${cheapest['cost']:,.2f} "
-                f"({cheapest['hours']:,.1f} h). Fastest: {html.escape(fastest['name'])} on "
-                f"{html.escape(fastest['gpu'])}, {fastest['hours']:,.1f} h "
+                f"({format_hours(cheapest['hours'])}). Fastest: {html.escape(fastest['name'])} on "
+                f"{html.escape(fastest['gpu'])}, {format_hours(fastest['hours'])} "
                 f"(${fastest['cost']:,.2f}).<br><small>Time assumes {rec.mfu:.0%} of each GPU's "
                 f"dense bf16 TFLOPS; prices are typical on-demand rates per GPU-hour.</small>")
 

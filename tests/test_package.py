@@ -80,3 +80,12 @@ def test_cli_output_piped_into_a_closed_reader_does_not_crash():
         shell=True, capture_output=True, text=True, executable="/bin/bash",
     )
     assert "Traceback" not in run.stderr and "BrokenPipeError" not in run.stderr
+
+
+def test_run_times_read_in_sensible_units():
+    from lessonkit.units import format_hours
+
+    assert format_hours(0.03) == "2 min"
+    assert format_hours(0.001) == "1 min"
+    assert format_hours(5.3) == "5.3 h"
+    assert format_hours(300) == "12.5 days"
