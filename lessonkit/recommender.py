@@ -34,6 +34,7 @@ from .units import GiB, format_hours, parse_count
 
 BUDGET_WORDS = {"free": 0.0, "low": 2.0, "high": math.inf}
 MAX_TOKENS = 1e14
+TIGHT_FRACTION = 0.05  # headroom under 5% of the usable memory counts as a tight fit
 
 
 @dataclass
@@ -61,6 +62,11 @@ class Option:
     @property
     def headroom_bytes(self) -> int:
         return self.usable_bytes - self.peak_bytes
+
+    @property
+    def tight(self) -> bool:
+        """Less than 5% of the GPU left: fragmentation or a longer batch can tip it into OOM."""
+        return self.headroom_bytes < TIGHT_FRACTION * self.usable_bytes
 
     @property
     def setup(self) -> str:
@@ -283,8 +289,9 @@ def recommend(model: Any, method: str | None = None, budget: Any = None, platfor
         rec.options += kept
         if not kept:
             rec.left_out[env.key] = left_out_reason(env, fitting, broken, cap, buying)
-    # Cheapest = least money for the same work: the run's cost, or dollars per million tokens.
-    rec.options.sort(key=lambda o: (o.cost_usd if o.cost_usd is not None else o.usd_per_million_tokens,
+    # Comfortable fits first, then cheapest = least money for the same work: the run's cost, or
+    # dollars per million tokens.
+    rec.options.sort(key=lambda o: (o.tight, o.cost_usd if o.cost_usd is not None else o.usd_per_million_tokens,
                                     o.price_per_hour, -o.headroom_bytes))
     found = {o.method for o in rec.options}
     rec.needs = [needs_text(spec, m, seq_len) for m in methods
@@ -339,7 +346,7 @@ def _option(spec: ModelSpec, env: Environment, offer: Any, method: str, batch: i
         note = (f"{method_label(method, gpu.native_bf16)} at {fit.settings_text()}: peak "
                 f"{fit.peak_bytes / GiB:.1f} of {gpu.usable_text} per GPU "
                 f"({fit.headroom_bytes / GiB:.1f} GiB headroom"
-                + (", tight" if fit.headroom_bytes < 0.05 * gpu.usable_bytes else "") + "); "
+                + (", tight" if fit.headroom_bytes < TIGHT_FRACTION * gpu.usable_bytes else "") + "); "
                 + ("free" if price.high == 0 else f"${hourly:.2f}/h, "
                    f"${per_million:.2f} per million tokens")
                 + (f"; {format_hours(hours)} and ${cost:,.2f} for the run" if hours is not None else ""))

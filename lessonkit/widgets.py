@@ -184,11 +184,12 @@ def gpu_matrix_explorer(model: Any = "7B", gpus: list[Any] | None = None, *,
 
 
 def environment_rows(recommendation: Any) -> list[dict[str, Any]]:
-    """One row per environment: its cheapest setup that fits in ``recommend``'s ranking."""
+    """One row per environment: its first setup in ``recommend``'s ranking (comfortable fits
+    before tight ones, then cheapest)."""
     from .environments import list_environments
 
     best: dict[str, Any] = {}
-    for option in recommendation.options:  # ranked cheapest first
+    for option in recommendation.options:  # ranked: comfortable first, then cheapest
         if option.fits:
             best.setdefault(option.environment, option)
     rows = []

@@ -34,10 +34,10 @@ def test_every_option_matches_the_calculator_and_fits(low7b, r70b):
             assert option.count in get_environment(option.environment).offer(option.gpu).counts
 
 
-def test_options_are_ranked_cheapest_first(low7b, r70b):
-    keys = [o.usd_per_million_tokens for o in low7b.options]
+def test_options_are_ranked_comfortable_first_then_cheapest(low7b, r70b):
+    keys = [(o.tight, o.usd_per_million_tokens) for o in low7b.options]
     assert keys == sorted(keys)
-    costs = [o.cost_usd for o in r70b.options]
+    costs = [(o.tight, o.cost_usd) for o in r70b.options]
     assert costs == sorted(costs)
 
 
@@ -287,3 +287,13 @@ def test_the_assumptions_quote_the_t4_from_the_catalog(low7b):
 def test_unknown_model_is_a_lessonkit_error():
     with pytest.raises(LessonkitError, match="model"):
         recommend("no-such-model")
+
+
+@pytest.mark.parametrize("model,budget", [("70B", "high"), ("70B", "low"), ("7B", None)])
+def test_tight_fits_rank_after_comfortable_ones(model, budget):
+    options = recommend(model, budget=budget, tokens=1e8).options
+    tight = [o.tight for o in options]
+    assert tight == sorted(tight), "a tight fit is ranked above a comfortable one"
+    for o in options:
+        assert o.tight == (o.usable_bytes - o.peak_bytes < 0.05 * o.usable_bytes)
+    assert not options[0].tight
