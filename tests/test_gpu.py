@@ -11,22 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from gpu_script import load_gpu_check
 
 pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_script():
-    module = sys.modules.get("gpu_check")
-    if module is None:
-        spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-        module = sys.modules["gpu_check"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module
-
-
-gpu_check = _load_script()
+gpu_check = load_gpu_check()
 NOTEBOOKS = gpu_check.find_notebooks()
 
 
