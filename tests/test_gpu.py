@@ -15,7 +15,6 @@ from gpu_script import load_gpu_check
 
 pytestmark = pytest.mark.gpu
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 gpu_check = load_gpu_check()
