@@ -15,8 +15,6 @@ from gpu_script import load_gpu_check
 
 pytestmark = pytest.mark.gpu
 
-
-
 gpu_check = load_gpu_check()
 NOTEBOOKS = gpu_check.find_notebooks()
 
