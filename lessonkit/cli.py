@@ -50,8 +50,10 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True,
                         help="a preset (llama-2-7b, qwen2.5-7b, ...), a size (7B) or a config.json")
     parser.add_argument("--method", default="full", help=f"one of {', '.join(METHODS)} (default: full)")
-    parser.add_argument("--precision", default="bf16-mixed",
-                        help=f"one of {', '.join(PRECISIONS)} (default: bf16-mixed)")
+    parser.add_argument("--precision", default=None,
+                        help=f"one of {', '.join(PRECISIONS)} (default: the method's usual "
+                             "precision: bf16-mixed for full, fp16-mixed on a --gpu without "
+                             "native bf16; bf16 for lora and qlora)")
     parser.add_argument("--optimizer", default="adamw",
                         help=f"one of {', '.join(OPTIMIZERS)} (default: adamw)")
     parser.add_argument("--batch-size", type=int, default=1, help="sequences per step (default: 1)")
@@ -77,8 +79,12 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_vram(args: argparse.Namespace) -> int:
+    import dataclasses
     import json
 
+    from .errors import choose
+    from .fitting import usual_precision
+    from .options import METHODS
     from .vram import estimate
 
     targets = None if args.lora_targets is None else args.lora_targets.strip()
@@ -89,30 +95,108 @@ def run_vram(args: argparse.Namespace) -> int:
         from .gpus import get_gpu
 
         gpu = get_gpu(args.gpu)  # an unknown name is bad input, before any arithmetic
-    report = estimate(
-        args.model, method=args.method, precision=args.precision, optimizer=args.optimizer,
+    method = choose(args.method, METHODS, "method")
+    precision = args.precision
+    if precision is None:
+        precision = usual_precision(method, gpu.native_bf16 if gpu is not None else True)
+    settings = dict(
+        method=method, precision=precision, optimizer=args.optimizer,
         batch_size=args.batch_size, seq_len=args.seq_len,
         gradient_checkpointing=args.gradient_checkpointing, lora_rank=args.lora_rank,
         lora_targets=targets, n_gpus=args.n_gpus, zero_stage=args.zero_stage,
         attention=args.attention, offload_optimizer=args.offload_optimizer,
         double_quant=not args.no_double_quant, lora_dtype=args.lora_dtype,
         gradient_accumulation=args.gradient_accumulation, device=args.device)
+    report = estimate(args.model, **settings)
     fits = None if gpu is None else report.fits(gpu.usable_bytes)
+    fixes = [] if gpu is None or fits else vram_fixes(args.model, settings, gpu.usable_bytes)
     if args.json:
         data = report.to_dict()
         if gpu is not None:
             data["gpu"] = {"name": gpu.name, "memory_bytes": gpu.memory_bytes,
-                           "usable_bytes": gpu.usable_bytes, "fits": fits}
+                           "usable_bytes": gpu.usable_bytes, "fits": fits,
+                           "fixes": [{"flags": flags, "total_bytes": fix.total_bytes}
+                                     for flags, fix in fixes]}
         print(json.dumps(data, indent=2, default=str))
-    else:
-        print(report)
-        if gpu is not None:
-            need, have = report.total_bytes / 1e9, gpu.usable_bytes / 1e9
-            verdict = "fits" if fits else "does NOT fit"
-            print(f"\n{gpu.name}: {have:.1f} GB usable of {gpu.memory_bytes / 1e9:.1f} GB; this run needs "
-                  f"{need:.1f} GB per GPU: it {verdict}"
-                  + ("" if fits else f" (short by {need - have:.1f} GB)") + ".")
+        return EXIT_NO if fits is False else EXIT_OK
+    print(dataclasses.replace(report, assumptions=[]))
+    if gpu is not None:
+        need, have = report.total_bytes / 1e9, gpu.usable_bytes / 1e9
+        verdict = "fits" if fits else "does NOT fit"
+        print(f"\n{gpu.name}: {have:.1f} GB usable of {gpu.memory_bytes / 1e9:.1f} GB; this run needs "
+              f"{need:.1f} GB per GPU: it {verdict}"
+              + ("" if fits else f" (short by {need - have:.1f} GB)") + ".")
+        for flags, fix in fixes:
+            print(f"  It fits with {flags}: {fix.total_bytes / 1e9:.1f} GB per GPU.")
+        if not fits and not fixes:
+            print("  No single change tried here makes it fit (checkpointing, a smaller batch, "
+                  "an 8-bit optimizer, LoRA/QLoRA, ZeRO-3 on up to 8 GPUs); "
+                  "`lessonkit recommend` ranks the setups that do.")
+    if report.assumptions:
+        print("\nAssumptions:")
+        print("\n".join(f"  - {note}" for note in report.assumptions))
     return EXIT_NO if fits is False else EXIT_OK
+
+
+def _fix_candidates(settings: dict) -> list[list[dict]]:
+    """Groups of changes to a run, least disruptive first; each group gives at most one fix."""
+    from .fitting import usual_precision
+
+    ckpt = {"gradient_checkpointing": True}
+    batch, accum = settings["batch_size"], settings["gradient_accumulation"]
+    smaller = []
+    for with_ckpt in ([False, True] if not settings["gradient_checkpointing"] else [False]):
+        b = batch // 2
+        while b >= 1:
+            # gradient accumulation keeps the effective batch
+            change = {"batch_size": b, "gradient_accumulation": accum * -(-batch // b)}
+            smaller.append(change | (ckpt if with_ckpt else {}))
+            b //= 2
+    groups: list[list[dict]] = [[ckpt], smaller]
+    usual = usual_precision(settings["method"])
+    if settings["precision"] not in (usual, "fp16-mixed" if usual == "bf16-mixed" else usual):
+        groups.insert(1, [{"precision": usual}, {"precision": usual} | ckpt])
+    if settings["method"] == "full" and "8bit" not in settings["optimizer"]:
+        groups.insert(1, [{"optimizer": "adamw-8bit"}, {"optimizer": "adamw-8bit"} | ckpt])
+    for method in ("lora", "qlora")[("full", "lora", "qlora").index(settings["method"]):]:
+        switch = {"method": method, "precision": usual_precision(method)}
+        groups.append([switch, switch | ckpt,
+                       switch | ckpt | {"batch_size": 1, "gradient_accumulation": accum * batch}])
+    if settings["method"] != "qlora" and settings["n_gpus"] == 1:
+        groups.append([{"n_gpus": n, "zero_stage": 3} for n in (2, 4, 8)])
+    return groups
+
+
+def _flags(change: dict) -> str:
+    words = []
+    for name, value in change.items():
+        flag = "--" + name.replace("_", "-")
+        words.append(flag if value is True else f"{flag} {value}")
+    return " ".join(words)
+
+
+def vram_fixes(model: object, settings: dict, usable_bytes: int, limit: int = 2) -> list:
+    """Up to ``limit`` changes to a run that make it fit in ``usable_bytes``, as
+    (command-line flags, MemoryReport) pairs; a change that only adds to one already found is
+    left out."""
+    from .vram import estimate
+
+    found: list[tuple[dict, object]] = []
+    for group in _fix_candidates(settings):
+        for change in group:
+            change = {k: v for k, v in change.items() if settings.get(k) != v}
+            if not change or any(kept.items() <= change.items() for kept, _ in found):
+                continue
+            try:
+                report = estimate(model, **(settings | change))
+            except LessonkitError:  # e.g. a setting that QLoRA does not allow
+                continue
+            if report.fits(usable_bytes):
+                found.append((change, report))
+                break
+        if len(found) >= limit:
+            break
+    return [(_flags(change), report) for change, report in found]
 
 
 CHECK_EPILOG = """exit codes:

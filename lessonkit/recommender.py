@@ -269,7 +269,7 @@ def recommend(model: Any, method: str | None = None, budget: Any = None, platfor
         fitting, broken = [], []
         for offer in env.offers:
             if offer.broken:
-                count("broken")
+                count(f"not usable ({offer.gpu.name} on {env.name}: {offer.note or 'unsupported'})")
                 broken.append(offer)
                 continue
             for m in methods:

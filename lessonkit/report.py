@@ -117,7 +117,7 @@ class MemoryReport:
 
     def __str__(self) -> str:
         title = f"{self.model.name} ({self.model.n_params / 1e9:.2f}B params): {self._settings_line()}"
-        lines = [title, f"{'source':<22}{self.source}"]
+        lines = [title] + ([f"{'source':<22}{self.source}"] if self.source != "estimate" else [])
         for label, value in self.rows():
             lines.append(f"  {label:<20}{value / GB:>10.2f} GB")
         lines.append(f"  {'Peak per GPU':<20}{self.total_bytes / GB:>10.2f} GB"

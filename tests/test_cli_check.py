@@ -76,6 +76,19 @@ def test_recommend_text_and_json(capsys):
     assert all(o["cost_usd"] > 0 for o in data["options"])
 
 
+def test_recommend_says_which_offer_is_left_out_and_why(capsys):
+    from lessonkit.environments import list_environments
+
+    assert main(["recommend", "--model", "7B"]) == 0
+    left_out = next(line for line in capsys.readouterr().out.splitlines()
+                    if line.startswith("Left out:"))
+    assert "broken" not in left_out
+    for env in list_environments():
+        for offer in env.offers:
+            if offer.broken:
+                assert f"not usable ({offer.gpu.name} on {env.name}: {offer.note})" in left_out
+
+
 def test_recommend_nothing_fits_is_exit_1(capsys):
     # 2T parameters at 32k tokens per sequence: no setup of up to 1024 GPUs holds it.
     assert main(["recommend", "--model", "2T", "--method", "full", "--seq-len", "32768"]) == 1

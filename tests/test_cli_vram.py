@@ -26,7 +26,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_prints_the_breakdown_the_api_computes(capsys) -> None:
     code, out, err = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--batch-size",
                          "4", "--seq-len", "1024")
-    expected = estimate("llama-2-7b", method="qlora", batch_size=4, seq_len=1024)
+    expected = estimate("llama-2-7b", method="qlora", precision="bf16", batch_size=4, seq_len=1024)
     assert code == 0 and not err
     assert f"{expected.total_bytes / GB:.2f} GB" in out
     for label in ("Weights", "Activations", "CUDA context", "Peak per GPU"):
@@ -68,7 +68,8 @@ def test_every_option_reaches_the_estimate(capsys) -> None:
                        "--lora-rank", "64", "--lora-dtype", "bf16", "--lora-targets",
                        "q_proj, k_proj,v_proj", "--json")
     data = json.loads(out)
-    expected = estimate("7B", method="qlora", double_quant=False, lora_rank=64, lora_dtype="bf16",
+    expected = estimate("7B", method="qlora", precision="bf16", double_quant=False, lora_rank=64,
+                        lora_dtype="bf16",
                         lora_targets=("q_proj", "k_proj", "v_proj"))
     assert data["total_bytes"] == expected.total_bytes
 
@@ -77,10 +78,74 @@ def test_lora_targets_default_to_the_model_family(capsys) -> None:
     code, out, _ = run(capsys, "--model", "gpt2", "--method", "lora", "--json")
     data = json.loads(out)
     assert code == 0 and data["settings"]["lora_targets"] == ["c_attn"]
-    assert data["total_bytes"] == estimate("gpt2", method="lora").total_bytes
+    assert data["total_bytes"] == estimate("gpt2", method="lora", precision="bf16").total_bytes
     code, _, err = run(capsys, "--model", "gpt2", "--method", "lora", "--lora-targets",
                        "q_proj,v_proj")
     assert code == 2 and "LoRA target for gpt2" in err and "c_attn" in err
+
+
+def test_precision_defaults_to_the_methods_usual_one(capsys) -> None:
+    for method, precision in (("full", "bf16-mixed"), ("lora", "bf16"), ("qlora", "bf16")):
+        code, out, _ = run(capsys, "--model", "7B", "--method", method, "--json")
+        data = json.loads(out)
+        assert data["settings"]["precision"] == precision
+        assert data["total_bytes"] == estimate("7B", method=method, precision=precision).total_bytes
+    # the course's LoRA of 7B on a 4090: it fits at the default precision
+    code, out, _ = run(capsys, "--model", "7B", "--method", "LoRA", "--gpu", "rtx4090")
+    lora = estimate("7B", method="lora", precision="bf16")
+    assert code == 0 and "it fits" in out and f"{lora.total_bytes / GB:.1f} GB per GPU" in out
+    # an explicit precision is kept; without native bf16 full fine-tuning runs in fp16-mixed
+    code, out, _ = run(capsys, "--model", "7B", "--method", "lora", "--precision", "bf16-mixed",
+                       "--json")
+    assert json.loads(out)["settings"]["precision"] == "bf16-mixed"
+    code, out, _ = run(capsys, "--model", "1B", "--gpu", "t4", "--json")
+    assert json.loads(out)["settings"]["precision"] == "fp16-mixed"
+
+
+def test_help_says_what_the_precision_default_is(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["vram", "--help"])
+    out = " ".join(capsys.readouterr()[0].split())
+    assert "bf16-mixed for full" in out and "bf16 for lora and qlora" in out
+
+
+def test_a_run_that_does_not_fit_gets_changes_that_do(capsys) -> None:
+    code, out, _ = run(capsys, "--model", "7B", "--method", "lora", "--precision", "bf16-mixed",
+                       "--gpu", "rtx4090")
+    assert code == 1
+    fix = estimate("7B", method="lora", precision="bf16")
+    assert f"It fits with --precision bf16: {fix.total_bytes / GB:.1f} GB per GPU." in out
+    code, out, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--batch-size", "4",
+                       "--seq-len", "1024", "--gpu", "t4")
+    ckpt = estimate("llama-2-7b", method="qlora", precision="bf16", batch_size=4, seq_len=1024,
+                    gradient_checkpointing=True)
+    assert code == 1
+    assert f"It fits with --gradient-checkpointing: {ckpt.total_bytes / GB:.1f} GB" in out
+    lines = [line for line in out.splitlines() if line.startswith("  It fits with")]
+    assert 1 <= len(lines) <= 2 and "--gradient-checkpointing --batch-size" not in out
+    # each suggestion, run as printed, really fits
+    for line in lines:
+        flags = line.split("It fits with ")[1].split(":")[0].split()
+        code, _, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--batch-size",
+                         "4", "--seq-len", "1024", "--gpu", "t4", *flags)
+        assert code == 0, flags
+    # full fine-tuning of 7B on one A100 80GB: an 8-bit optimizer makes it fit
+    code, out, _ = run(capsys, "--model", "llama-2-7b", "--gpu", "A100 80GB", "--json")
+    fixes = json.loads(out)["gpu"]["fixes"]
+    assert code == 1 and fixes[0]["flags"] == "--optimizer adamw-8bit"
+    assert fixes[0]["total_bytes"] == estimate("llama-2-7b", optimizer="adamw-8bit").total_bytes
+
+
+def test_nothing_fits_points_to_recommend(capsys) -> None:
+    code, out, _ = run(capsys, "--model", "405B", "--method", "qlora", "--gpu", "t4")
+    assert code == 1 and "It fits with" not in out and "lessonkit recommend" in out
+
+
+def test_verdict_comes_before_the_assumptions(capsys) -> None:
+    code, out, _ = run(capsys, "--model", "7B", "--method", "qlora", "--gpu", "t4")
+    note = estimate("7B", method="qlora", precision="bf16").assumptions[0]
+    assert out.index("it fits") < out.index("\nAssumptions:\n") < out.index(note)
+    assert "source" not in out.split("Assumptions:")[0]
 
 
 BAD = [
@@ -106,6 +171,8 @@ BAD = [
     (["--model", "7B", "--device", "tpu"], "Unknown device"),
     (["--model", "7B", "--attention", "flash3"], "Unknown attention"),
     (["--model", "0.1"], "Unknown model '0.1'"),
+    (["--model", "7GB"], "Or a size in parameters: '7B'"),
+    (["--model", "7"], "Or a size in parameters: '7B'"),
     (["--batch-size", "2"], "--model"),
 ]
 
