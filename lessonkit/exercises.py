@@ -336,15 +336,77 @@ def _check_number(qid: str, question: dict[str, Any], answer: object) -> CheckRe
     try:
         value = _read_number(answer, unit)
     except _Unreadable as err:
-        return CheckResult(qid, title, "not yet", str(err), tolerance=tolerance)
+        span = _read_range(answer, unit)
+        if span is None:
+            return CheckResult(qid, title, "not yet", str(err), tolerance=tolerance)
+        return _check_range(qid, question, span)
     expected = float(_EXPECTED[qid]())
     ok, remark = _compare(value, expected, question)
     if ok:
         return CheckResult(qid, title, "correct",
                            f"Correct: {_format(value, unit)} (lessonkit: {_format(expected, unit)}).",
                            tolerance=tolerance)
+    guide = question.get("guide")
+    if guide and _is_guide_figure((value, value), guide, unit):
+        return CheckResult(qid, title, "not yet",
+                           f"Not yet: {_format(value, unit)} is {remark.split('.')[0]}: that is what "
+                           f"the guide says ({guide['answer']}). {guide['says']}",
+                           tolerance=tolerance)
     return CheckResult(qid, title, "not yet", f"Not yet: {_format(value, unit)} is {remark}",
                        tolerance=tolerance)
+
+
+_RANGE_RE = re.compile(r"\s*(.+?)\s*(?:-|–|—|\bto\b|\.\.)\s*(\d.*?)\s*")
+
+
+def _read_range(answer: object, unit: str) -> tuple[float, float] | None:
+    """A range such as '2-3x' or '120 to 160 GB' as (low, high) in the base unit, else None."""
+    if not isinstance(answer, str):
+        return None
+    match = _RANGE_RE.fullmatch(answer)
+    if not match:
+        return None
+    first, second = match.groups()
+    low_match, high_match = _NUMBER_RE.fullmatch(first), _NUMBER_RE.fullmatch(second)
+    if not low_match or not high_match:
+        return None
+    if not low_match.group(2):  # '2-3x': the unit written once, after the second number
+        first = f"{first} {high_match.group(2)}"
+    try:
+        low, high = _read_number(first, unit), _read_number(second, unit)
+    except _Unreadable:
+        return None
+    return (low, high) if low <= high else (high, low)
+
+
+def _is_guide_figure(span: tuple[float, float], guide: dict[str, Any], unit: str) -> bool:
+    """Whether an answer (a number as (x, x), or a range) is the guide's own figure or range."""
+    low, high = span
+    text = guide["answer"]
+    figure = _read_range(text, unit) or (_read_number(text, unit),) * 2
+    same = all(math.isclose(a, b, rel_tol=1e-3) for a, b in zip(span, figure))
+    return same or (low == high and figure[0] <= low <= figure[1])
+
+
+def _check_range(qid: str, question: dict[str, Any], span: tuple[float, float]) -> CheckResult:
+    unit, title = question.get("unit", ""), question.get("title", "")
+    tolerance = _tolerance(question)[2]
+    low, high = span
+    expected = float(_EXPECTED[qid]())
+    shown = f"{_format(low, unit)} to {_format(high, unit)}"
+    if _compare(low, expected, question)[0] and _compare(high, expected, question)[0]:
+        return CheckResult(qid, title, "correct",
+                           f"Correct: {shown} (lessonkit: {_format(expected, unit)}).",
+                           tolerance=tolerance)
+    where = "inside" if low <= expected <= high else "above" if expected > high else "below"
+    guide = question.get("guide")
+    if guide and _is_guide_figure(span, guide, unit):
+        message = (f"Not yet: {shown} is the guide's range ({guide['answer']}); lessonkit's "
+                   f"figure for this question lies {where} it. {guide['says']}")
+    else:
+        message = (f"Not yet: {shown} is a range, and lessonkit's figure lies {where} it. "
+                   "The question asks for one number.")
+    return CheckResult(qid, title, "not yet", message, tolerance=tolerance)
 
 
 def _check_table(qid: str, question: dict[str, Any], answer: object) -> CheckResult:

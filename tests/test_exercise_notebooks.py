@@ -158,6 +158,26 @@ def test_each_notebook_checks_exactly_its_sections_questions(name):
         assert checked == question_ids(name), folder
 
 
+def test_feedback_titles_match_the_notebook_headings():
+    from lessonkit.exercises import _bank
+
+    for name in SECTIONS:
+        text = "\n".join(source(c) for c in read(ROOT / "solutions" / f"{name}.ipynb")["cells"])
+        headings = dict(re.findall(r"^## (\d\d\.\d+) (.+)$", text, re.M))
+        assert list(headings) == question_ids(name), name
+        for qid, heading in headings.items():
+            assert _bank()[qid]["title"] == heading.strip(), qid
+
+
+def test_the_breakdown_is_shown_after_the_question_that_asks_for_its_largest_part():
+    """01.5 says "decide first": no code before its check may estimate the run (exercise form)."""
+    cells = read(ROOT / "exercises" / "01_vram_equation.ipynb")["cells"]
+    code = [source(c) for c in cells if c["cell_type"] == "code"]
+    at = next(i for i, text in enumerate(code) if 'check("01.5"' in text)
+    assert not [text for text in code[:at] if "estimate(" in text]
+    assert any("estimate(" in text for text in code[at + 1:])
+
+
 # ----- running them -------------------------------------------------------------------------
 def check_outputs(nb) -> list[tuple[str, str, str]]:
     """(question id, status, text) of every check shown, in order."""

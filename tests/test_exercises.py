@@ -457,3 +457,43 @@ def test_reflection_key_points_quote_no_figures():
     for qid in ("06.3", "06.5"):
         for point in bank()[qid]["key_points"]:
             assert not figure.search(point["point"]), (qid, point["point"])
+
+
+# ----- the guide's own figures and ranges ---------------------------------------------------
+def test_weights_question_wants_the_exact_count_not_the_guides_14_gb():
+    weights = answer_key("01.1")
+    assert status("01.1", f"{weights / GB:.1f} GB") == "correct"  # to one decimal, as asked
+    assert status("01.1", f"{weights / GB - 0.1:.1f}") == "not yet"
+    guide = check("01.1", "14 GB", show=False)
+    assert abs(14 * GB - weights) > 0.05 * GB  # the guide's rounding is outside the tolerance
+    assert guide.status == "not yet" and "what the guide says" in guide.message
+    assert "n_params" in guide.message and "too high" in guide.message
+    assert "±0.05 GB" in guide.tolerance
+
+
+@pytest.mark.parametrize("text, unit, expected", [
+    ("2-3x", "x", (2, 3)), ("2x - 3x", "x", (2, 3)), ("2 to 3 times", "x", (2, 3)),
+    ("120–160 GB", "GB", (120e9, 160e9)), ("3-2x", "x", (2, 3)),
+    ("4x", "x", None), ("2-3 parsecs", "x", None), ("-", "x", None), (23, "x", None),
+])
+def test_reading_ranges(text, unit, expected):
+    from lessonkit.exercises import _read_range
+
+    found = _read_range(text, unit)
+    assert found == (pytest.approx(expected) if expected else None)
+
+
+def test_a_range_is_read_as_a_range_and_the_guides_range_is_named():
+    expected = answer_key("01.3")
+    guide = check("01.3", "2-3x", show=False)
+    assert guide.status == "not yet" and "Could not read" not in guide.message
+    assert "the guide's range" in guide.message and "above" in guide.message
+    assert expected > 3  # why the guide's range is wrong for mixed-precision AdamW
+    inside_guide = check("01.3", "2.5", show=False)
+    assert inside_guide.status == "not yet" and "what the guide says" in inside_guide.message
+    wide = check("01.3", f"{expected - 1:g}-{expected + 1:g}x", show=False)
+    assert wide.status == "not yet" and "inside" in wide.message and "one number" in wide.message
+    narrow = f"{expected * 0.99:.3f}-{expected * 1.01:.3f}x"
+    assert status("01.3", narrow) == "correct"
+    other = check("02.1", "1-2 GB", show=False)  # no guide figure: just where lessonkit's lies
+    assert other.status == "not yet" and "above" in other.message and "guide" not in other.message

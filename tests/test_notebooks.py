@@ -145,6 +145,47 @@ def test_parameters_cell_and_parameter_sets(name: str) -> None:
         assert set(params) <= names, f"unknown parameters {set(params) - names}"
 
 
+def test_reflections_leave_a_placeholder_for_the_students_answer() -> None:
+    """A course notebook never answers its own questions: every check(...) gets the placeholder,
+    so the self-check says "not answered" until the student writes; model answers live in
+    solutions/."""
+    from lessonkit.exercises import PLACEHOLDER_TEXT
+
+    checks = 0
+    for name in NAMES:
+        for cell in code_cells(read(name)):
+            called = re.findall(r"^check\(\"[\d.]+\", (\w+)\)", cell.source, re.M)
+            for variable in called:
+                checks += 1
+                assigned = re.search(rf'^{variable} = f?"""(.*?)"""', cell.source, re.S | re.M)
+                assert assigned, f"{name}: {variable} is not written in its check cell"
+                assert assigned.group(1).strip().rstrip(".") == PLACEHOLDER_TEXT, (name, variable)
+    assert checks >= 2  # the guide's two reflection questions in notebook 6
+
+
+def test_what_the_text_says_about_the_default_numbers_holds() -> None:
+    """Prose cannot be output-checked: the claims it makes about the default settings are here."""
+    from lessonkit.fitting import method_settings
+    from lessonkit.units import GB
+
+    guide_low, guide_high = 120 * GB, 160 * GB  # the guide's "~120 to 160 GB"
+    usual = lessonkit.estimate("7B")  # notebook 1: the default recipe lands inside the range
+    assert guide_low <= usual.total_bytes <= guide_high and usual.peak_phase == "optimizer"
+    assert usual.breakdown["activations"] < 0.001 * usual.total_bytes  # freed by then
+    fused = lessonkit.estimate("7B", optimizer="adamw-fused")  # below, peaking in the backward
+    assert fused.total_bytes < guide_low and fused.peak_phase == "backward"
+    for optimizer in ("adamw", "adamw-fused"):  # long batches above, activations set the peak
+        long = lessonkit.estimate("7B", optimizer=optimizer, batch_size=4, seq_len=2048)
+        assert long.total_bytes > guide_high and long.peak_phase == "backward"
+    # notebook 2: checkpointing leaves a peak in the optimizer step unchanged
+    checkpointed = lessonkit.estimate("7B", gradient_checkpointing=True)
+    assert checkpointed.total_bytes == usual.total_bytes and checkpointed.peak_phase == "optimizer"
+    # notebook 6: at the same settings QLoRA needs less than LoRA
+    same = dict(batch_size=4, seq_len=512, gradient_checkpointing=True)
+    lora, qlora = (lessonkit.estimate("7B", **method_settings(m), **same) for m in ("lora", "qlora"))
+    assert qlora.total_bytes < lora.total_bytes
+
+
 # ----- running them -------------------------------------------------------------------------
 def kernel_env(static: bool = False) -> dict[str, str]:
     """The kernel's environment: matplotlib's inline backend, as in Jupyter; explorers live or static."""
@@ -212,6 +253,9 @@ def test_papermill(name: str, index: int, tmp_path: Path, monkeypatch: pytest.Mo
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert len(injected) == 1 and all(k in injected[0].source for k in params)
     assert not [o for c in code_cells(nb) for o in c.outputs if o.output_type == "error"]
+    statuses = re.findall(r"data-status='([^']+)'", "".join(
+        o.get("data", {}).get("text/html", "") for c in code_cells(nb) for o in c.outputs))
+    assert set(statuses) <= {"not answered"}, statuses  # the placeholders do not stop Run All
     # The parameters reached the taught numbers: the checked cells name the chosen model.
     shown = "".join(o.get("text", "") for c in code_cells(nb) if strip_notebooks.is_checked(c)
                     for o in c.outputs)
