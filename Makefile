@@ -8,6 +8,9 @@ TORCH_SPEC ?= torch==2.13.0
 # Where to get it: empty means pip's default index. On Linux without a GPU, the CPU-only build
 # is far smaller: make test TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 TORCH_INDEX_URL ?=
+# Extra options for `jupyter lab` (e.g. make course JUPYTER_ARGS="--no-browser --port 8889");
+# --allow-root is added when running as root (containers, Colab-like VMs).
+JUPYTER_ARGS ?=
 
 .PHONY: course test test-fast browser-deps gpu-check clean
 
@@ -23,7 +26,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed-course
 	touch $@
 
 course: $(VENV)/.installed-course
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(JUPYTER_ARGS) notebooks/
 
 # Debian's Chromium for the browser tests (browser downloads are not used).
 browser-deps:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,3 +92,52 @@ def test_run_times_read_in_sensible_units():
     assert format_hours(0.001) == "1 min"
     assert format_hours(5.3) == "5.3 h"
     assert format_hours(300) == "12.5 days"
+
+
+def _fake_venv(tmp_path: Path) -> Path:
+    """A venv stand-in whose `jupyter` prints its arguments, already marked as installed."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    jupyter = venv / "bin" / "jupyter"
+    jupyter.write_text('#!/bin/sh\necho "jupyter $*"\n')
+    jupyter.chmod(0o755)
+    (venv / ".installed-course").touch()
+    return venv
+
+
+@pytest.mark.parametrize("extra", ["", "--no-browser --port 8899"])
+def test_make_course_passes_jupyter_args_and_allows_root_when_root(tmp_path, extra):
+    venv = _fake_venv(tmp_path)
+    run = subprocess.run(["make", "-s", "course", f"VENV={venv}", f"JUPYTER_ARGS={extra}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    args = run.stdout.split("jupyter lab", 1)[1].split()
+    assert ("--allow-root" in args) == (os.getuid() == 0)
+    assert args[-1] == "notebooks/" and " ".join(a for a in args if a not in
+                                                 ("--allow-root", "notebooks/")) == extra
+
+
+def test_pyproject_uses_an_spdx_licence_and_ships_the_data_package():
+    project = _pyproject()
+    assert project["project"]["license"] == "MIT"
+    assert project["project"]["license-files"] == ["LICENSE"]
+    setuptools_req = next(r for r in project["build-system"]["requires"] if r.startswith("setuptools"))
+    assert int(setuptools_req.split(">=")[1].split(".")[0]) >= 77
+    assert "lessonkit.data" in project["tool"]["setuptools"]["packages"]
+
+
+def test_the_wheel_builds_without_warnings_and_holds_the_data(tmp_path):
+    pytest.importorskip("setuptools", minversion="77")
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path), "-q"], capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, PIP_NO_INDEX="1"))
+    assert build.returncode == 0, build.stderr
+    for warning in ("SetuptoolsDeprecationWarning", "License classifiers", "is absent from the"):
+        assert warning not in build.stdout + build.stderr
+    wheel = zipfile.ZipFile(next(tmp_path.glob("lessonkit-*.whl")))
+    names = set(wheel.namelist())
+    data = {p.name for p in (ROOT / "lessonkit" / "data").glob("*.json")}
+    assert data and {f"lessonkit/data/{n}" for n in data} <= names
+    metadata = wheel.read(next(n for n in names if n.endswith("METADATA"))).decode()
+    assert "License-Expression: MIT" in metadata
