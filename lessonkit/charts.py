@@ -3,6 +3,12 @@
 No widgets here (see widgets.py); matplotlib is imported inside the functions that need it, so
 importing this module is cheap. ``draw_breakdown`` returns a chart object whose ``update``
 changes the bars in place, which is how the live explorers redraw quickly.
+
+Units: the memory charts draw in GiB (2**30 bytes), the unit of GPU memory. A card sold as
+"80 GB" has 80 GiB of memory chips, of which PyTorch can allocate its *usable* memory (79.2 GiB
+on an A100 80GB); a run's peak must fit in that, so the GPU lines of ``draw_breakdown`` and the
+GPU bars of ``draw_gpu_fit`` stand at usable memory, and headroom is usable memory minus the
+peak.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import LessonkitError, choose
 from .report import CATEGORIES, LABELS, MemoryReport
-from .units import GB, GiB, format_hours, parse_count
+from .units import GiB, format_hours, parse_count
 
 # Fixed colours, so a category looks the same in every chart of the course.
 CATEGORY_COLORS = {
@@ -20,7 +26,8 @@ CATEGORY_COLORS = {
     "activations": "#C44E52", "logits": "#8172B3", "temporaries": "#937860",
     "cuda_context": "#8C8C8C", "allocator_margin": "#CCB974", "other": "#DA8BC3",
 }
-# Memory sizes (GB) of common training GPUs, drawn as lines on the breakdown chart.
+# The sizes cards are sold as ("24 GB", really GiB) of common training GPUs: the breakdown
+# chart draws a line at the usable memory of the catalog's card of each size.
 COMMON_GPU_SIZES_GB = (16, 24, 40, 48, 80, 141)
 FIT_COLOR, NO_FIT_COLOR, ALERT_COLOR = "#55A868", "#D9A5A5", "#B22222"
 TIER_COLORS = {"hobbyist": "#4C72B0", "engineer": "#55A868", "enterprise": "#8172B3",
@@ -71,6 +78,18 @@ def gpu_fits(gpu: Any, report: MemoryReport) -> bool:
     return report.total_bytes <= gpu_usable_bytes(gpu)
 
 
+def usable_text(gpu: Any) -> str:
+    """The usable memory as the catalog writes it ('79.2 GiB'), else computed in GiB."""
+    text = field(gpu, "usable_text")
+    return str(text) if text is not None else f"{gpu_usable_bytes(gpu) / GiB:.1f} GiB"
+
+
+def headroom_text(gpu: Any, report: MemoryReport) -> str:
+    """'+54.1 GiB free' or 'short by 1.5 GiB': the GPU's usable memory minus the run's peak."""
+    room = gpu_usable_bytes(gpu) - report.total_bytes
+    return f"+{room / GiB:,.1f} GiB free" if room >= 0 else f"short by {-room / GiB:,.1f} GiB"
+
+
 def gpu_label(gpu: Any) -> str:
     return str(field(gpu, "short_name", "name", default="GPU"))
 
@@ -92,36 +111,45 @@ def price_text(gpu: Any) -> str:
 
 def size_lines(gpu_sizes: Iterable[float] | None = None,
                gpus: Sequence[Any] | None = None) -> list[tuple[float, str]]:
-    """(GB, label) for each GPU size line, naming the catalog's GPUs of that size."""
+    """(GiB, label) of each GPU line, lowest first.
+
+    For each card size (what it is sold as: 24 for "24 GB"), the line stands at the usable
+    memory of the catalog's first card of that size (the guide's, then one you can rent, then by
+    name) and names the cards with exactly that usable memory: (79.2, "A100 80GB, H100 PCIe
+    (79.2 GiB usable)"). A size with no catalog card is drawn at its full size, so labelled.
+    """
     gpus = catalog_gpus() if gpus is None else gpus
     lines = []
     for size in sorted(float(s) for s in (gpu_sizes or COMMON_GPU_SIZES_GB)):
         same = [g for g in gpus if abs(gpu_memory_gb(g) - size) < 0.5]
-        # The guide's GPUs first, then the ones you can rent, then by name.
         same.sort(key=lambda g: (not field(g, "in_guide", default=False),
                                  field(g, "price_per_hour") is None, gpu_label(g)))
-        names = [gpu_label(g) for g in same]
-        label = f"{size:g} GB"
-        if names:
-            label += ": " + ", ".join(names[:2]) + (", ..." if len(names) > 2 else "")
-        lines.append((size, label))
-    return lines
+        if not same:
+            lines.append((size, f"{size:g} GB card (full size; usable is less)"))
+            continue
+        usable = gpu_usable_bytes(same[0])
+        names = [gpu_label(g) for g in same if gpu_usable_bytes(g) == usable]
+        lines.append((usable / GiB, f"{', '.join(names[:2])} ({usable_text(same[0])} usable)"))
+    return sorted(lines)
 
 
 def largest_gpu(gpus: Sequence[Any] | None = None,
                 gpu_sizes: Iterable[float] | None = None) -> tuple[float, str]:
-    """(bytes, name) of the largest single device known (usable memory; else the size lines)."""
+    """(bytes, description) of the largest single device known, by usable memory
+    ('MI300X, 191.5 GiB usable'); without a catalog, the largest size line."""
     gpus = catalog_gpus() if gpus is None else gpus
-    best = max(((gpu_usable_bytes(g), gpu_label(g)) for g in gpus), default=(0.0, ""))
-    size = max(float(s) for s in (gpu_sizes or COMMON_GPU_SIZES_GB)) * GB
-    return best if best[0] >= size else (size, f"{size / GB:g} GB")
+    best = max(gpus, key=gpu_usable_bytes, default=None)
+    if best is not None:
+        return gpu_usable_bytes(best), f"{gpu_label(best)}, {usable_text(best)} usable"
+    size = max(float(s) for s in (gpu_sizes or COMMON_GPU_SIZES_GB))
+    return size * GiB, f"a {size:g} GB card"
 
 
 # ----- memory breakdown --------------------------------------------------------------------
 def _segments(report: MemoryReport) -> dict[str, float]:
-    """GB per category in stacking order, extra categories folded into 'other'."""
-    seg = {key: report.breakdown.get(key, 0) / GB for key in CATEGORIES}
-    seg["other"] = sum(v for k, v in report.breakdown.items() if k not in CATEGORIES) / GB
+    """GiB per category in stacking order, extra categories folded into 'other'."""
+    seg = {key: report.breakdown.get(key, 0) / GiB for key in CATEGORIES}
+    seg["other"] = sum(v for k, v in report.breakdown.items() if k not in CATEGORIES) / GiB
     return seg
 
 
@@ -134,7 +162,8 @@ def default_label(report: MemoryReport) -> str:
 
 
 class BreakdownChart:
-    """Stacked bars of MemoryReport breakdowns with GPU size lines; ``update`` redraws in place."""
+    """Stacked bars of MemoryReport breakdowns (GiB) with dashed lines at common GPUs' usable
+    memory; ``update`` redraws in place."""
 
     def __init__(self, ax: Any, gpu_sizes: Iterable[float] | None = None,
                  gpus: Sequence[Any] | None = None) -> None:
@@ -145,7 +174,7 @@ class BreakdownChart:
         self.containers: dict[str, Any] = {}
         self.peak_texts: list[Any] = []
         self.n_bars = -1
-        ax.set_ylabel("GB per GPU")
+        ax.set_ylabel("Peak memory per GPU (GiB)")
         self.gpu_lines = []
         self.gpu_texts = []
         for size, label in self.lines:
@@ -220,8 +249,8 @@ class BreakdownChart:
                 bottoms[i] += segments[i][key]
         too_big = []
         for i, (report, text) in enumerate(zip(reports, self.peak_texts)):
-            text.set_position((i, report.total_bytes / GB))
-            text.set_text(f"{report.total_bytes / GB:,.1f} GB")
+            text.set_position((i, report.total_bytes / GiB))
+            text.set_text(f"{report.total_bytes / GiB:,.1f} GiB")
             big = report.total_bytes > self.largest_bytes
             text.set_color(ALERT_COLOR if big else "black")
             if big:
@@ -230,17 +259,14 @@ class BreakdownChart:
         if xlabels != self.xlabels:
             self.ax.set_xticklabels(list(xlabels), fontsize=8)
             self.xlabels = xlabels
-        top = max([*(r.total_bytes / GB for r in reports), *(s for s, _ in self.lines)])
+        top = max([*(r.total_bytes / GiB for r in reports), *(s for s, _ in self.lines)])
         top *= 1.4 if too_big else 1.15
         self.ax.set_ylim(0, top)
         self._thin_gpu_labels(top)
         if too_big:
             which = "" if len(reports) == 1 else f"Bar {', '.join(str(i + 1) for i in too_big)}: "
-            largest = f"{self.largest_bytes / GB:.0f} GB"
-            if self.largest_name != largest:
-                largest = f"{self.largest_name}, {largest}"
             self.note.set_text(
-                f"{which}does not fit on any single GPU (largest: {largest}).\n"
+                f"{which}does not fit on any single GPU (largest: {self.largest_name}).\n"
                 f"Use LoRA/QLoRA, more GPUs with ZeRO/FSDP, or offload.")
         else:
             self.note.set_text("")
@@ -290,7 +316,7 @@ class BreakdownChart:
         return self._over_bars
 
     def heights(self) -> list[dict[str, float]]:
-        """GB per category of each bar, as drawn (for checks)."""
+        """GiB per category of each bar, as drawn (for checks)."""
         return [{key: c.patches[i].get_height() for key, c in self.containers.items()}
                 for i in range(self.n_bars)]
 
@@ -298,7 +324,8 @@ class BreakdownChart:
 def draw_breakdown(ax: Any, reports: MemoryReport | Sequence[MemoryReport],
                    gpu_sizes: Iterable[float] | None = None,
                    labels: Sequence[str] | None = None) -> BreakdownChart:
-    """Stacked bars of one or more reports' peak memory, with lines at common GPU sizes (GB)."""
+    """Stacked bars of one or more reports' peak memory (GiB), with lines at the usable memory
+    of common GPUs (one per card size in ``gpu_sizes``, see ``size_lines``)."""
     chart = BreakdownChart(ax, gpu_sizes)
     chart.update(reports, labels)
     return chart
@@ -306,7 +333,7 @@ def draw_breakdown(ax: Any, reports: MemoryReport | Sequence[MemoryReport],
 
 # ----- which GPUs fit ----------------------------------------------------------------------
 def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any]) -> dict[str, Any]:
-    """One bar per GPU (usable memory, GB), coloured by whether the report's peak fits on it.
+    """One bar per GPU (usable memory, GiB), coloured by whether the report's peak fits on it.
 
     The required peak is a vertical line; labels give the headroom (or shortfall) and the price
     per hour; the guide's four GPUs (``in_guide``) are drawn with a dark edge and bold names.
@@ -314,33 +341,32 @@ def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any]) -> dict[str
     gpus = sorted(gpus, key=lambda g: (gpu_usable_bytes(g), gpu_label(g)))
     if not gpus:
         raise LessonkitError("draw_gpu_fit needs at least one GPU record.")
-    need = report.total_bytes / GB
-    sizes = [gpu_usable_bytes(g) / GB for g in gpus]
+    need = report.total_bytes / GiB
+    sizes = [gpu_usable_bytes(g) / GiB for g in gpus]
     fits = [gpu_fits(g, report) for g in gpus]
     guide = [bool(field(g, "in_guide", default=False)) for g in gpus]
     y = list(range(len(gpus)))
     bars = ax.barh(y, sizes, height=0.65, color=[FIT_COLOR if f else NO_FIT_COLOR for f in fits],
                    edgecolor=["black" if g else "none" for g in guide], linewidth=1.4, zorder=2)
     ax.set_yticks(y)
-    ax.set_yticklabels([f"{gpu_label(g)}{' *' if gd else ''} ({gpu_memory_gb(g):g} GB)"
+    ax.set_yticklabels([f"{gpu_label(g)}{' *' if gd else ''} ({gpu_memory_gb(g):g} GB card)"
                         for g, gd in zip(gpus, guide)], fontsize=8)
     for tick, gd in zip(ax.get_yticklabels(), guide):
         tick.set_fontweight("bold" if gd else "normal")
     right = max(max(sizes), need) * 1.45
     labels = []
     for i, (gpu, size, fit) in enumerate(zip(gpus, sizes, fits)):
-        room = size - need
-        text = f"+{room:,.1f} GB free" if fit else f"short by {-room:,.1f} GB"
+        text = headroom_text(gpu, report)
         price = price_text(gpu)
         labels.append(ax.text(size + right * 0.01, i, text + (f"  {price}" if price else ""),
                               va="center", fontsize=7.5, color="black" if fit else ALERT_COLOR))
     line = ax.axvline(need, color=ALERT_COLOR, lw=1.6, zorder=3)
-    ax.text(need + right * 0.008, 0.995, f"needs {need:,.1f} GB",
+    ax.text(need + right * 0.008, 0.995, f"needs {need:,.1f} GiB",
             transform=ax.get_xaxis_transform(), ha="left", va="top", fontsize=8,
             color=ALERT_COLOR, bbox=dict(fc="white", ec="none", pad=1), zorder=4)
     ax.set_xlim(0, right)
     ax.set_ylim(-0.7, len(gpus) - 0.3)
-    ax.set_xlabel("Memory one device offers to PyTorch (GB); * = in the guide's matrix")
+    ax.set_xlabel("Memory one device offers to PyTorch (GiB); * = in the guide's matrix")
     n_fit = sum(fits)
     ax.set_title(f"{report.model.name}: {report._settings_line()}\nfits on {n_fit} of "
                  f"{len(gpus)} GPUs", fontsize=9)

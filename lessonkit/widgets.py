@@ -95,9 +95,10 @@ def fit_summary(report: Any, gpus: list[Any] | None = None) -> str:
     where = "in the catalog" if gpus is None else "shown"
     gpus = charts.catalog_gpus() if gpus is None else gpus
     head = f"{peak_html(report)}<br>Setup: {setup_html(report)}"
-    if not gpus:
-        sizes = [s for s in charts.COMMON_GPU_SIZES_GB if report.fits(s * GB)]
-        fits = f"Fits in {sizes[0]:g} GB and larger" if sizes else \
+    if not gpus:  # no catalog: compare with the cards' full sizes (GiB), an upper bound
+        sizes = [s for s in charts.COMMON_GPU_SIZES_GB if report.fits(s * GiB)]
+        fits = (f"Fits in the full {sizes[0]:g} GiB of a {sizes[0]:g} GB card and larger "
+                f"(usable memory is a little less)") if sizes else \
             "<b>Does not fit on any single GPU size shown</b>"
         return f"{head}.<br>{fits}."
     ordered = sorted(gpus, key=lambda g: (charts.gpu_usable_bytes(g), charts.gpu_label(g)))
@@ -106,9 +107,13 @@ def fit_summary(report: Any, gpus: list[Any] | None = None) -> str:
         biggest = ordered[-1]
         return (f"{head}.<br><b style='color:#B22222'>Does not fit on any single GPU</b> {where} "
                 f"(largest: {html.escape(charts.gpu_label(biggest))}, "
-                f"{charts.gpu_usable_bytes(biggest) / GB:.0f} GB usable).")
+                f"{html.escape(charts.usable_text(biggest))} usable, "
+                f"{html.escape(charts.headroom_text(biggest, report))}).")
     names = ", ".join(html.escape(charts.gpu_label(g)) for g in fit)
-    return f"{head}.<br>Fits on {len(fit)} of {len(gpus)} GPUs: {names}."
+    return (f"{head}.<br>Fits on {len(fit)} of {len(gpus)} GPUs: {names}.<br>Smallest that "
+            f"fits: {html.escape(charts.gpu_label(fit[0]))}, "
+            f"{html.escape(charts.usable_text(fit[0]))} usable, "
+            f"{html.escape(charts.headroom_text(fit[0], report))}.")
 
 
 # ----- the explorers -----------------------------------------------------------------------

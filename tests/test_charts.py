@@ -15,10 +15,10 @@ from matplotlib.figure import Figure
 
 from lessonkit import charts
 from lessonkit.errors import LessonkitError
-from lessonkit.gpus import list_gpus
+from lessonkit.gpus import get_gpu, list_gpus
 from lessonkit.models import resolve_model
 from lessonkit.report import CATEGORIES, LABELS, MemoryReport
-from lessonkit.units import GB
+from lessonkit.units import GiB
 
 
 def make_report(model: str = "7B", **breakdown: float) -> MemoryReport:
@@ -38,19 +38,20 @@ def new_ax(width: float = 7.5, height: float = 3.6):
     return Figure(figsize=(width, height)).add_subplot()
 
 
-def test_bar_segments_are_the_reports_numbers_stacked_in_category_order():
+def test_bar_segments_are_the_reports_numbers_stacked_in_category_order_in_gib():
     ax = new_ax()
     chart = charts.draw_breakdown(ax, [SMALL, HUGE])
     for i, report in enumerate([SMALL, HUGE]):
         bottom = 0.0
         for key in CATEGORIES:
             patch = chart.containers[key].patches[i]
-            assert patch.get_height() == pytest.approx(report.breakdown[key] / GB)
+            assert patch.get_height() == pytest.approx(report.breakdown[key] / GiB)
             assert patch.get_y() == pytest.approx(bottom)
-            bottom += report.breakdown[key] / GB
-        assert bottom == pytest.approx(report.total_bytes / GB)
-        assert chart.peak_texts[i].get_text() == f"{report.total_bytes / GB:,.1f} GB"
-    assert ax.get_ylim()[1] > HUGE.total_bytes / GB
+            bottom += report.breakdown[key] / GiB
+        assert bottom == pytest.approx(report.total_bytes / GiB)
+        assert chart.peak_texts[i].get_text() == f"{report.total_bytes / GiB:,.1f} GiB"
+    assert ax.get_ylim()[1] > HUGE.total_bytes / GiB
+    assert "GiB" in ax.get_ylabel()
 
 
 def test_colours_and_legend_match_the_categories():
@@ -69,29 +70,61 @@ def test_colours_and_legend_match_the_categories():
 def test_extra_categories_are_stacked_as_other_and_join_the_legend():
     report = make_report(weights=2e9, custom_buffers=1e9)
     chart = charts.draw_breakdown(new_ax(), report)
-    assert chart.containers["other"].patches[0].get_height() == pytest.approx(1.0)
+    assert chart.containers["other"].patches[0].get_height() == pytest.approx(1e9 / GiB)
     assert "Other" in [t.get_text() for t in chart.legend.get_texts()]
-    assert chart.peak_texts[0].get_text() == "3.0 GB"
+    assert chart.peak_texts[0].get_text() == f"{3e9 / GiB:.1f} GiB"
 
 
-def test_gpu_size_lines_are_drawn_and_named_from_the_catalog():
+def line_gpus(chart) -> list:
+    """The catalog card each GPU line names first, with the line's height (GiB)."""
+    by_name = {g.name: g for g in list_gpus()}
+    return [(line.get_ydata()[0], by_name[text.get_text().split(" (")[0].split(", ")[0]])
+            for line, text in zip(chart.gpu_lines, chart.gpu_texts)]
+
+
+def test_gpu_lines_stand_at_usable_memory_and_name_their_cards():
     chart = charts.draw_breakdown(new_ax(), SMALL)
-    assert [line.get_ydata()[0] for line in chart.gpu_lines] == list(charts.COMMON_GPU_SIZES_GB)
-    by_size = {size: text.get_text() for (size, _), text in zip(chart.lines, chart.gpu_texts)}
-    guide = {g.memory_gb: g.name for g in list_gpus(in_guide=True)}
-    for size in charts.COMMON_GPU_SIZES_GB:
-        assert by_size[size].startswith(f"{size:g} GB")
-        if size in guide:  # the guide's GPU of that size is named first
-            assert by_size[size].split(": ")[1].startswith(guide[size])
+    drawn = line_gpus(chart)
+    assert sorted(g.memory_gb for _, g in drawn) == sorted(charts.COMMON_GPU_SIZES_GB)
+    guide = {g.memory_gb: g for g in list_gpus(in_guide=True)}
+    for (height, gpu), text in zip(drawn, chart.gpu_texts):
+        assert height == pytest.approx(gpu.usable_bytes / GiB)
+        assert text.get_text().endswith(f"({gpu.usable_text} usable)")
+        if gpu.memory_gb in guide:  # the guide's card of that size is the one drawn
+            assert gpu == guide[gpu.memory_gb]
+        for name in text.get_text().split(" (")[0].split(", "):  # every card named is that high
+            assert next(g for g in list_gpus() if g.name == name).usable_bytes == gpu.usable_bytes
+    h200 = next(text.get_text() for _, text in zip(drawn, chart.gpu_texts) if "H200" in
+                text.get_text())
+    assert h200 == "H200 (139.8 GiB usable)"
+    assert "141 GB" not in " ".join(t.get_text() for t in chart.gpu_texts)
     custom = charts.draw_breakdown(new_ax(), SMALL, gpu_sizes=[12, 32])
-    assert [line.get_ydata()[0] for line in custom.gpu_lines] == [12, 32]
+    assert [line.get_ydata()[0] for line in custom.gpu_lines] == [12, pytest.approx(31.4)]
+    assert custom.gpu_texts[0].get_text().startswith("12 GB card (full size")
+
+
+@pytest.mark.parametrize("margin", [-0.05, 0.05])
+def test_a_bar_is_below_a_gpus_line_exactly_when_it_fits_that_gpu(margin):
+    # 142.0 GB is 132.3 GiB: it fits an H200 (139.8 GiB usable), so its bar is under the line.
+    chart = charts.draw_breakdown(new_ax(), SMALL)
+    for height, gpu in line_gpus(chart):
+        report = make_report(weights=gpu.usable_bytes + margin * GiB)
+        chart.update(report)
+        top = sum(chart.heights()[0].values())
+        assert (top <= height) == gpu.fits(report) == (margin < 0)
+    h200 = make_report(weights=142.0e9)
+    chart.update(h200)
+    assert get_gpu("H200").fits(h200)
+    assert sum(chart.heights()[0].values()) < dict(
+        (g.name, h) for h, g in line_gpus(chart))["H200"]
 
 
 def test_a_run_larger_than_every_gpu_says_so_and_a_small_one_does_not():
     biggest = max(list_gpus(), key=lambda g: g.usable_bytes)
     chart = charts.draw_breakdown(new_ax(), HUGE)
     note = chart.note.get_text()
-    assert "does not fit on any single GPU" in note and biggest.name in note
+    assert "does not fit on any single GPU" in note
+    assert f"(largest: {biggest.name}, {biggest.usable_text} usable)" in note
     assert to_hex(chart.peak_texts[0].get_color()) == to_hex(charts.ALERT_COLOR)
     chart.update(SMALL)
     assert chart.note.get_text() == ""
@@ -107,9 +140,9 @@ def test_update_changes_the_same_artists_in_place():
     n_artists = len(ax.get_children())
     chart.update(HUGE)
     assert chart.containers["weights"].patches == patches
-    assert patches[0].get_height() == pytest.approx(140.0)
+    assert patches[0].get_height() == pytest.approx(140e9 / GiB)
     assert len(ax.get_children()) == n_artists
-    assert chart.heights()[0]["optimizer"] == pytest.approx(560.0)
+    assert chart.heights()[0]["optimizer"] == pytest.approx(560e9 / GiB)
 
 
 def test_static_key_and_live_artists_split_what_a_data_change_redraws():
@@ -154,23 +187,28 @@ def test_bad_inputs_are_clear_errors():
         charts.draw_gpu_fit(new_ax(), SMALL, [])
 
 
-def test_gpu_fit_colours_bars_by_the_catalogs_own_fit_test():
+def test_gpu_fit_colours_bars_by_the_catalogs_own_fit_test_and_gives_headroom_in_gib():
     gpus = list_gpus()
     report = make_report(weights=30e9)  # fits 40 GB cards and up, not 24/32 GB ones
     ax = new_ax(7, 6)
     drawn = charts.draw_gpu_fit(ax, report, gpus)
     assert len(drawn["bars"].patches) == len(gpus)
     for gpu, patch, label in zip(drawn["gpus"], drawn["bars"].patches, drawn["labels"]):
-        assert patch.get_width() == pytest.approx(gpu.usable_bytes / GB)
+        assert patch.get_width() == pytest.approx(gpu.usable_bytes / GiB)
         colour = charts.FIT_COLOR if gpu.fits(report) else charts.NO_FIT_COLOR
         assert to_hex(patch.get_facecolor()) == to_hex(colour)
         assert (patch.get_edgecolor()[3] > 0) == gpu.in_guide  # dark edge on the guide's GPUs
-        room = gpu.usable_bytes / GB - report.total_bytes / GB
-        expected = f"+{room:,.1f} GB free" if gpu.fits(report) else f"short by {-room:,.1f} GB"
+        room = (gpu.usable_bytes - report.total_bytes) / GiB
+        expected = f"+{room:,.1f} GiB free" if gpu.fits(report) else f"short by {-room:,.1f} GiB"
         assert label.get_text().startswith(expected)
+        assert charts.headroom_text(gpu, report) == expected
         if gpu.price_per_hour is not None:
             assert f"{gpu.price_per_hour.low:.2f}" in label.get_text()
-    assert drawn["line"].get_xdata()[0] == pytest.approx(30.0)
+    assert drawn["line"].get_xdata()[0] == pytest.approx(30e9 / GiB)
+    assert "GiB" in ax.get_xlabel()
+    ticks = {t.get_text().split(" (")[0].rstrip(" *"): t.get_text() for t in ax.get_yticklabels()}
+    for gpu in gpus:  # the size a card is sold as, named as such
+        assert ticks[gpu.name].endswith(f"({gpu.memory_gb:g} GB card)")
     assert any(gpu.fits(report) for gpu in gpus) and not all(gpu.fits(report) for gpu in gpus)
     assert f"fits on {sum(g.fits(report) for g in gpus)} of {len(gpus)}" in ax.get_title()
 

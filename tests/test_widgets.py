@@ -43,7 +43,7 @@ def extremes(widget) -> list:
 
 
 def fitting_names(readout: str) -> list[str]:
-    match = re.search(r"GPUs: (.*)\.$", readout)
+    match = re.search(r"GPUs: (.*?)\.<br>", readout)
     return match.group(1).split(", ") if match else []
 
 
@@ -59,11 +59,16 @@ def check_vram_state(explorer) -> None:
     assert explorer.error is None, explorer.error
     drawn = explorer.chart.heights()[0]
     for key in CATEGORIES:
-        assert drawn[key] == pytest.approx(report.breakdown[key] / GB)
+        assert drawn[key] == pytest.approx(report.breakdown[key] / GiB)
     assert f"Peak per GPU: {report.total_bytes / GB:,.1f} GB" in explorer.readout.value
     fit = [g.name for g in list_gpus() if g.fits(report)]
     if fit:
         assert sorted(fitting_names(explorer.readout.value)) == sorted(fit)
+        smallest = min((g for g in list_gpus() if g.fits(report)),
+                       key=lambda g: (g.usable_bytes, g.name))
+        room = (smallest.usable_bytes - report.total_bytes) / GiB
+        assert (f"Smallest that fits: {smallest.name}, {smallest.usable_text} usable, "
+                f"+{room:,.1f} GiB free.") in explorer.readout.value
         assert explorer.chart.note.get_text() == "" or report.total_bytes > \
             max(g.usable_bytes for g in list_gpus())
     else:
@@ -261,6 +266,35 @@ def test_starting_values_and_fixed_settings_reach_the_estimate():
     expected = estimate("mistral-7b", **settings_of(explorer), attention="eager")
     assert explorer.report.total_bytes == expected.total_bytes
     assert expected.total_bytes != estimate("mistral-7b", **settings_of(explorer)).total_bytes
+
+
+@pytest.mark.parametrize("gpus", [None, "guide"])
+def test_readouts_give_device_memory_and_shortfall_in_gib(gpus):
+    # A 70B full fine-tune fits nowhere: the readout names the largest card by its usable GiB.
+    shown = None if gpus is None else list_gpus(in_guide=True)
+    report = estimate("70B", method="full")
+    text = widgets.fit_summary(report, shown)
+    biggest = max(shown or list_gpus(), key=lambda g: g.usable_bytes)
+    short = (report.total_bytes - biggest.usable_bytes) / GiB
+    assert (f"(largest: {biggest.name}, {biggest.usable_text} usable, short by {short:,.1f} GiB)"
+            in text)
+    assert not re.search(r"\d GB usable", text)  # not "85 GB usable" for an 80 GB card
+
+
+def test_gpu_matrix_readout_of_the_guides_four_has_no_decimal_gb_device_sizes():
+    explorer = widgets.gpu_matrix_explorer("70B", method="full")
+    a100 = get_gpu("A100 80GB")
+    assert f"A100 80GB, {a100.usable_text} usable" in explorer.readout.value
+    assert "85 GB" not in explorer.readout.value
+    labels = [t.get_text() for t in explorer.drawn["labels"]]
+    assert all(label.startswith("short by") and " GiB" in label for label in labels)
+
+
+def test_without_a_catalog_the_readout_compares_with_full_card_sizes_in_gib():
+    report = estimate("7B", method="lora", precision="bf16", batch_size=4)
+    text = widgets.fit_summary(report, [])
+    first = next(s for s in charts.COMMON_GPU_SIZES_GB if report.total_bytes <= s * GiB)
+    assert f"Fits in the full {first:g} GiB of a {first:g} GB card and larger" in text
 
 
 def test_gpu_matrix_explorer_every_control():
