@@ -91,7 +91,8 @@ def setup_html(report: Any) -> str:
 
 
 def fit_summary(report: Any, gpus: list[Any] | None = None) -> str:
-    """HTML: the peak per GPU, the setup, and the catalog GPUs it fits on (smallest first)."""
+    """HTML: the peak per GPU (GB, with GiB), the setup, the catalog GPUs it fits on (smallest
+    first) and the smallest one's headroom; device memory and headroom in GiB."""
     where = "in the catalog" if gpus is None else "shown"
     gpus = charts.catalog_gpus() if gpus is None else gpus
     head = f"{peak_html(report)}<br>Setup: {setup_html(report)}"
