@@ -141,3 +141,48 @@ def test_the_wheel_builds_without_warnings_and_holds_the_data(tmp_path):
     assert data and {f"lessonkit/data/{n}" for n in data} <= names
     metadata = wheel.read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert "License-Expression: MIT" in metadata
+
+
+def _readme_block(heading: str, lang: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split(heading, 1)[1]
+    return re.search(rf"```{lang}\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_python_example_runs_and_prints_what_it_says(capsys):
+    code = _readme_block("## lessonkit in five lines", "python")
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    report = namespace["report"]
+    assert report.settings["method"] == "qlora" and report.settings["gradient_checkpointing"]
+    claimed = re.search(r"peak per GPU: ([\d.]+) GB, during the (\w+)", code)
+    assert claimed, "the README's comment no longer states the peak"
+    from lessonkit.units import GB
+
+    assert claimed.group(1) == f"{report.total_bytes / GB:.2f}" and claimed.group(2) == report.peak_phase
+    assert f"{report.total_bytes / GB:.2f} GB" in out
+
+
+def test_readme_cli_examples_run_and_print_what_it_says():
+    commands = [line for line in _readme_block("The same from a shell:", "text").splitlines()
+                if line.startswith("lessonkit vram")]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    vram = subprocess.run([sys.executable, "-m", "lessonkit", *commands[0].split()[1:]],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert vram.returncode == 0, vram.stderr
+    verdict = next(line for line in vram.stdout.splitlines() if line.startswith("T4:"))
+    assert verdict in readme
+    # the same without --gradient-checkpointing: the README quotes its peak and the suggested fix
+    argv = [a for a in commands[0].split()[1:] if a != "--gradient-checkpointing"]
+    without = subprocess.run([sys.executable, "-m", "lessonkit", *argv], capture_output=True,
+                             text=True, env=env, timeout=120)
+    assert without.returncode == 1
+    need = re.search(r"this run needs ([\d.]+ GB)", without.stdout).group(1)
+    fix = next(line.strip() for line in without.stdout.splitlines() if "It fits with" in line)
+    assert f"the run above needs {need}" in readme and f"`{fix}`" in readme
+    for line in _readme_block("The same from a shell:", "text").splitlines():
+        if "[" not in line:  # the check line shows optional flags
+            assert subprocess.run([sys.executable, "-m", "lessonkit", *line.split()[1:]],
+                                  capture_output=True, env=env, timeout=120).returncode == 0, line
