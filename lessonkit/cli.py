@@ -36,7 +36,7 @@ VRAM_EPILOG = """exit codes:
   1  with --gpu: it does not fit
   2  bad input (an unknown name, a size out of range)
 
-example: lessonkit vram --model llama-2-7b --method qlora --batch-size 4 --seq-len 1024 \
+example: lessonkit vram --model llama-2-7b --method qlora --batch-size 4 --seq-len 1024 \\
   --gradient-checkpointing --gpu t4"""
 
 
