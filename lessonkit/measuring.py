@@ -360,7 +360,10 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
                       "counted as temporaries.",
         "fp16-mixed": "fp32 weights under fp16 autocast; autocast's fp16 weight copies are "
                       "counted as temporaries (no loss scaler).",
-        "bf16": "Pure bf16: weights, gradients and optimizer states in bf16.",
+        "bf16": ("Pure bf16: weights, gradients and optimizer states in bf16."
+                 if s.method == "full" else
+                 f"The frozen base model in bf16; the adapters, their gradients and optimizer "
+                 f"states in {s.lora_dtype}."),
         "bf16-master": "bf16 weights and gradients; the optimizer keeps fp32 master weights "
                        "and fp32 AdamW states and makes fp32 copies of the gradients at the step.",
         }[s.precision])

@@ -380,7 +380,11 @@ class _Step:
                           "autocast's bf16 copy of each weight, kept until its backward.",
             "fp16-mixed": "fp32 weights under fp16 autocast: fp32 gradients and states, plus "
                           "autocast's fp16 copy of each weight (loss scaling adds nothing).",
-            "bf16": "Pure bf16: weights, gradients and optimizer states all in bf16.",
+            "bf16": ("Pure bf16: weights, gradients and optimizer states all in bf16."
+                     if s.method == "full" else
+                     f"The frozen base model in bf16 ({'NF4 linear layers, ' if s.method == 'qlora' else ''}"
+                     f"no gradients or states); the adapters, their gradients and optimizer "
+                     f"states in {s.lora_dtype}."),
             "bf16-master": "bf16 weights and gradients; the optimizer keeps fp32 master weights "
                            "and fp32 states (4 + 4 + 4 bytes per parameter) and makes fp32 "
                            "copies of the gradients at the step.",
