@@ -12,6 +12,7 @@ import sys
 from typing import Sequence
 
 from .errors import LessonkitError
+from .units import GiB
 
 EXIT_OK, EXIT_NO, EXIT_USAGE = 0, 1, 2
 
@@ -122,11 +123,13 @@ def run_vram(args: argparse.Namespace) -> int:
         return EXIT_NO if fits is False else EXIT_OK
     print(dataclasses.replace(report, assumptions=[]))
     if gpu is not None:
-        need, have = report.total_bytes / 1e9, gpu.usable_bytes / 1e9
+        need, have = report.total_bytes / GiB, gpu.usable_bytes / GiB
         verdict = "fits" if fits else "does NOT fit"
-        print(f"\n{gpu.name}: {have:.1f} GB usable of {gpu.memory_bytes / 1e9:.1f} GB; this run needs "
-              f"{need:.1f} GB per GPU: it {verdict}"
-              + ("" if fits else f" (short by {need - have:.1f} GB)") + ".")
+        # Device memory in GiB, as cards are sized and as PyTorch reports it.
+        print(f"\n{gpu.name} ({gpu.memory_gb:g} GB card): {have:.2f} GiB usable; this run needs "
+              f"{report.total_bytes / 1e9:.1f} GB ({need:.2f} GiB) per GPU: it {verdict}"
+              + (f" ({have - need:.2f} GiB to spare)" if fits
+                 else f" (short by {need - have:.2f} GiB)") + ".")
         for flags, fix in fixes:
             print(f"  It fits with {flags}: {fix.total_bytes / 1e9:.1f} GB per GPU.")
         if not fits and not fixes:

@@ -172,7 +172,7 @@ def test_readme_cli_examples_run_and_print_what_it_says():
     vram = subprocess.run([sys.executable, "-m", "lessonkit", *commands[0].split()[1:]],
                           capture_output=True, text=True, env=env, timeout=120)
     assert vram.returncode == 0, vram.stderr
-    verdict = next(line for line in vram.stdout.splitlines() if line.startswith("T4:"))
+    verdict = next(line for line in vram.stdout.splitlines() if line.startswith("T4 "))
     assert verdict in readme
     # the same without --gradient-checkpointing: the README quotes its peak and the suggested fix
     argv = [a for a in commands[0].split()[1:] if a != "--gradient-checkpointing"]
