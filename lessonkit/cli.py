@@ -111,7 +111,8 @@ def run_vram(args: argparse.Namespace) -> int:
         gradient_accumulation=args.gradient_accumulation, device=args.device)
     report = estimate(args.model, **settings)
     fits = None if gpu is None else report.fits(gpu.usable_bytes)
-    fixes = [] if gpu is None or fits else vram_fixes(args.model, settings, gpu.usable_bytes)
+    fixes = [] if gpu is None or fits else vram_fixes(args.model, settings, gpu.usable_bytes,
+                                                             native_bf16=bool(gpu.native_bf16))
     if args.json:
         data = report.to_dict()
         if gpu is not None:
@@ -131,7 +132,9 @@ def run_vram(args: argparse.Namespace) -> int:
               + (f" ({have - need:.2f} GiB to spare)" if fits
                  else f" (short by {need - have:.2f} GiB)") + ".")
         for flags, fix in fixes:
-            print(f"  It fits with {flags}: {fix.total_bytes / 1e9:.1f} GB per GPU.")
+            print(f"  It fits with {flags}: {fix.total_bytes / 1e9:.1f} GB "
+                  f"({fix.total_bytes / GiB:.2f} GiB, "
+                  f"{(gpu.usable_bytes - fix.total_bytes) / GiB:.2f} GiB to spare) per GPU.")
         if not fits and not fixes:
             print("  No single change tried here makes it fit (checkpointing, a smaller batch, "
                   "an 8-bit optimizer, LoRA/QLoRA, ZeRO-3 on up to 8 GPUs); "
@@ -142,8 +145,9 @@ def run_vram(args: argparse.Namespace) -> int:
     return EXIT_NO if fits is False else EXIT_OK
 
 
-def _fix_candidates(settings: dict) -> list[list[dict]]:
-    """Groups of changes to a run, least disruptive first; each group gives at most one fix."""
+def _fix_candidates(settings: dict, native_bf16: bool = True) -> list[list[dict]]:
+    """Groups of changes to a run, least disruptive first; each group gives at most one fix.
+    ``native_bf16`` is False for GPUs that only emulate bf16 (T4, V100): fp16 is usual there."""
     from .fitting import usual_precision
 
     ckpt = {"gradient_checkpointing": True}
@@ -157,13 +161,13 @@ def _fix_candidates(settings: dict) -> list[list[dict]]:
             smaller.append(change | (ckpt if with_ckpt else {}))
             b //= 2
     groups: list[list[dict]] = [[ckpt], smaller]
-    usual = usual_precision(settings["method"])
+    usual = usual_precision(settings["method"], native_bf16)
     if settings["precision"] not in (usual, "fp16-mixed" if usual == "bf16-mixed" else usual):
         groups.insert(1, [{"precision": usual}, {"precision": usual} | ckpt])
     if settings["method"] == "full" and "8bit" not in settings["optimizer"]:
         groups.insert(1, [{"optimizer": "adamw-8bit"}, {"optimizer": "adamw-8bit"} | ckpt])
     for method in ("lora", "qlora")[("full", "lora", "qlora").index(settings["method"]):]:
-        switch = {"method": method, "precision": usual_precision(method)}
+        switch = {"method": method, "precision": usual_precision(method, native_bf16)}
         groups.append([switch, switch | ckpt,
                        switch | ckpt | {"batch_size": 1, "gradient_accumulation": accum * batch}])
     if settings["method"] != "qlora" and settings["n_gpus"] == 1:
@@ -179,14 +183,15 @@ def _flags(change: dict) -> str:
     return " ".join(words)
 
 
-def vram_fixes(model: object, settings: dict, usable_bytes: int, limit: int = 2) -> list:
+def vram_fixes(model: object, settings: dict, usable_bytes: int, limit: int = 2,
+               native_bf16: bool = True) -> list:
     """Up to ``limit`` changes to a run that make it fit in ``usable_bytes``, as
     (command-line flags, MemoryReport) pairs; a change that only adds to one already found is
     left out."""
     from .vram import estimate
 
     found: list[tuple[dict, object]] = []
-    for group in _fix_candidates(settings):
+    for group in _fix_candidates(settings, native_bf16):
         for change in group:
             change = {k: v for k, v in change.items() if settings.get(k) != v}
             if not change or any(kept.items() <= change.items() for kept, _ in found):

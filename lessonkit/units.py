@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from .errors import LessonkitError
@@ -59,8 +60,10 @@ def parse_count(value: object) -> float:
 
 def format_hours(hours: float) -> str:
     """A run time for people: '45 min' under an hour, '5.3 h' under two days, else '12.5 days'."""
-    if hours < 1:
+    if not math.isfinite(hours):
+        return "never"
+    if round(hours * 60) < 60:
         return f"{max(1, round(hours * 60))} min"
-    if hours < 48:
+    if round(hours, 1) < 48:
         return f"{hours:,.1f} h"
     return f"{hours / 24:,.1f} days"

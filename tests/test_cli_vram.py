@@ -12,7 +12,7 @@ import pytest
 
 from lessonkit import estimate
 from lessonkit.cli import main
-from lessonkit.units import GB
+from lessonkit.units import GB, GiB
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,7 +114,8 @@ def test_a_run_that_does_not_fit_gets_changes_that_do(capsys) -> None:
                        "--gpu", "rtx4090")
     assert code == 1
     fix = estimate("7B", method="lora", precision="bf16")
-    assert f"It fits with --precision bf16: {fix.total_bytes / GB:.1f} GB per GPU." in out
+    assert (f"It fits with --precision bf16: {fix.total_bytes / GB:.1f} GB "
+            f"({fix.total_bytes / GiB:.2f} GiB, ") in out
     code, out, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--batch-size", "4",
                        "--seq-len", "1024", "--gpu", "t4")
     ckpt = estimate("llama-2-7b", method="qlora", precision="bf16", batch_size=4, seq_len=1024,
