@@ -369,7 +369,11 @@ def resolve_model(model: object) -> ModelSpec:
                 if model.endswith(".json") or Path(model).is_dir():
                     return ModelSpec.from_hf_config(model)
                 raise LessonkitError(f"{unknown} Or a size in parameters: '7B', '1.5B', '350M' (not GB).") from None
+    try:
+        shown = repr(model)
+    except Exception:  # an object that cannot print itself
+        shown = "(unprintable)"
     raise LessonkitError(
         f"A model is a preset name (e.g. 'llama-2-7b'), a size ('7B' or 7e9), a ModelSpec or a "
-        f"config dict; got {type(model).__name__} {model!r}."
+        f"config dict; got {type(model).__name__} {shown}."
     )

@@ -168,3 +168,12 @@ def test_spec_validates_its_fields():
     with pytest.raises(LessonkitError, match="multiple of n_kv_heads"):
         ModelSpec(name="x", family="llama", n_layers=1, hidden_size=64, n_heads=4, n_kv_heads=3,
                   intermediate_size=128, vocab_size=100)
+
+
+def test_an_object_that_cannot_print_itself_is_still_a_clear_error():
+    class Hostile:
+        def __repr__(self):
+            raise RuntimeError("no")
+
+    with pytest.raises(LessonkitError, match="got Hostile \\(unprintable\\)"):
+        resolve_model(Hostile())
