@@ -184,6 +184,7 @@ ODD_ANSWERS = {
     "10 MB of letters": "a" * TEN_MB, "10 MB of spaces then 5": " " * TEN_MB + "5",
     "10 MB of separators": "1-" * (TEN_MB // 2), "ranges over ranges": "1 to " * 20_000 + "2",
     "digits and commas": "1," * 100_000, "10 MB of dots": "." * TEN_MB,
+    "20k characters of sentences": "The GPU's memory bandwidth is not 14 GB/s. " * 450,
     "unicode digits": "١٢٣ GB", "emoji": "💥 GB", "NUL": "\x00", "exponent overflow": "1e99999 GB",
     "range of huge numbers": "1e308-1e309", "newlines": "5\nGB",
     "a million-item list": [1] * 1_000_000, "a list of 10 MB strings": ["a" * TEN_MB] * 3,
