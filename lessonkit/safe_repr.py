@@ -60,7 +60,7 @@ def _type_name(value: Any) -> str:
 
 def _big_int(value: int) -> str:
     digits = int(abs(value).bit_length() * 0.30103) + 1
-    return f"<an integer of about {digits:,} digits>"
+    return f"<a{' negative' if value < 0 else 'n'} integer of about {digits:,} digits>"
 
 
 def short_repr(value: Any, limit: int = 60) -> str:

@@ -179,6 +179,19 @@ def test_overlong_names_are_refused_quickly(capsys):
         assert len(capsys.readouterr().err) < 1000
 
 
+def test_numbers_and_names_too_long_to_print_are_described_not_echoed():
+    from lessonkit import get_gpu
+
+    for setting in ("batch_size", "lora_rank", "seq_len"):
+        with pytest.raises(LessonkitError, match="an integer of about 5,001 digits"):
+            estimate("7B", method="lora", **{setting: 10**5000})
+    with pytest.raises(LessonkitError, match="negative integer"):
+        estimate("7B", batch_size=-(10**5000))
+    with pytest.raises(LessonkitError) as info:
+        get_gpu("x" * 1_000_000)
+    assert len(str(info.value)) < 1000
+
+
 @pytest.mark.parametrize("budget, dollars", [("1e1", 10), ("1E1", 10), ("$1e1/h", 10),
                                              ("2.5", 2.5), (".5", 0.5), ("1.5e+1 per hour", 15)])
 def test_budget_takes_the_numbers_tokens_takes(budget, dollars):
