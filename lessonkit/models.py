@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
@@ -390,10 +391,11 @@ def resolve_model(model: object) -> ModelSpec:
             except LessonkitError as out_of_range:
                 raise LessonkitError(f"{out_of_range} A size counts parameters: '7B', '1.5B', "
                                      "'350M' (not GB).") from None
-        if model.endswith(".json") or _is_dir(model):
+        if model.endswith(".json") or _is_path(model):
             return ModelSpec.from_hf_config(model)
+        nowhere = " Nor is it a file or folder here." if "/" in model or "\\" in model else ""
         raise LessonkitError(f"{not_a_preset} Or a size in parameters: '7B', '1.5B', '350M' "
-                             "(not GB).")
+                             f"(not GB).{nowhere}")
     try:
         shown = repr(model)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
@@ -405,8 +407,9 @@ def resolve_model(model: object) -> ModelSpec:
     )
 
 
-def _is_dir(path: str) -> bool:
+def _is_path(path: str) -> bool:
+    """A folder, or a file or link that exists (a loop of links too): read as a config."""
     try:
-        return Path(path).is_dir()
-    except (OSError, ValueError):  # a name too long, a NUL byte: not a folder
+        return Path(path).is_dir() or os.path.lexists(path)
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a path
         return False

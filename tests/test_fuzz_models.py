@@ -78,6 +78,8 @@ BAD_CONFIGS = {
     "a loop of links": (
         lambda t: (os.symlink(t / "loop.json", t / "loop.json"), str(t / "loop.json"))[1],
         "Cannot read"),
+    "a loop of links, no .json": (
+        lambda t: (os.symlink(t / "loop", t / "loop"), str(t / "loop"))[1], "Cannot read"),
     "a name over 255 characters": (lambda t: str(t / ("x" * 300 + ".json")), "Cannot read"),
     "a missing file": (lambda t: str(t / "nowhere" / "config.json"), "No config.json"),
     "a link to an endless file": (
@@ -169,6 +171,11 @@ def test_a_size_out_of_range_says_why(size, reason, capsys):
             assert main([*sub, "--model", size]) == 2
             err = capsys.readouterr().err
             assert reason in err and "Unknown model" not in err, err
+
+
+def test_a_path_that_is_not_there_says_so():
+    with pytest.raises(LessonkitError, match="Unknown model.*Nor is it a file or folder here"):
+        resolve_model("/nowhere/at/all/")
 
 
 def test_overlong_names_are_refused_quickly(capsys):
