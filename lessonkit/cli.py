@@ -1,7 +1,7 @@
 """The ``lessonkit`` command line: ``vram``, ``check`` and ``recommend``.
 
 Exit codes: 0 success (for ``vram --gpu``: it fits), 1 does not fit / no usable GPU with
-``--require-gpu``, 2 bad input.
+``--require-gpu``, 2 bad input, 3 the output could not be written (e.g. a full disk).
 """
 
 from __future__ import annotations
@@ -14,13 +14,17 @@ from typing import Sequence
 from .errors import LessonkitError
 from .units import GiB
 
-EXIT_OK, EXIT_NO, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_NO, EXIT_USAGE, EXIT_WRITE = 0, 1, 2, 3
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse exits 2 too; keep its usage line short
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"lessonkit: error: {message}\n")
+
+    def print_help(self, file: object = None) -> None:
+        # argparse drops write errors of --help silently; let main() report them
+        (file or sys.stdout).write(self.format_help())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +40,7 @@ VRAM_EPILOG = """exit codes:
   0  estimated (with --gpu: it fits on that GPU)
   1  with --gpu: it does not fit
   2  bad input (an unknown name, a size out of range)
+  3  the output could not be written (e.g. a full disk)
 
 example: lessonkit vram --model llama-2-7b --method qlora --batch-size 4 --seq-len 1024 \\
   --gradient-checkpointing --gpu t4"""
@@ -212,6 +217,7 @@ CHECK_EPILOG = """exit codes:
   0  the check ran (with --require-gpu: a GPU passed the one-kernel test)
   1  --require-gpu was given and there is no usable GPU
   2  bad input (e.g. an unknown --model)
+  3  the output could not be written (e.g. a full disk)
 
 The check never crashes: a missing torch, a CPU-only wheel, an old driver, a GPU without
 kernels in the wheel and the like are reported with a fix-it hint."""
@@ -250,7 +256,8 @@ local) or a tier (hobbyist, engineer, enterprise).
 exit codes:
   0  at least one setup fits
   1  nothing in the catalog fits within the constraints
-  2  bad input (unknown model, method, GPU or platform; negative budget; zero tokens)"""
+  2  bad input (unknown model, method, GPU or platform; negative budget; zero tokens)
+  3  the output could not be written (e.g. a full disk)"""
 
 
 def add_recommend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -284,16 +291,56 @@ def run_recommend(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
-        return args.handler(args)
+        args = build_parser().parse_args(argv)
+    except BrokenPipeError:
+        return _reader_gone()
+    except OSError as err:  # --help into a full disk
+        return _write_failed("lessonkit", err)
+    except SystemExit:  # --help or a usage error: argparse has written what it had to say
+        code = _flush("lessonkit")
+        if code is not None:
+            return code
+        raise
+    try:
+        code = args.handler(args)
     except LessonkitError as err:
         print(f"lessonkit {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
-        # The reader went away (e.g. `lessonkit recommend ... | head`): stop quietly.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+        return _reader_gone()
+    except OSError as err:  # the output cannot be written (`> /dev/full`)
+        return _write_failed(f"lessonkit {args.command}", err)
+    flushed = _flush(f"lessonkit {args.command}")
+    return code if flushed is None else flushed
+
+
+def _flush(command: str) -> int | None:
+    """Write out what is buffered now, so that a write error is reported here, once, rather
+    than as a traceback at exit; None when all went well, else the exit code."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _reader_gone()
+    except OSError as err:
+        return _write_failed(command, err)
+    return None
+
+
+def _reader_gone() -> int:
+    # The reader went away (e.g. `lessonkit recommend ... | head`): stop quietly.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK
+
+
+def _write_failed(command: str, err: OSError) -> int:
+    # What is still buffered would fail again at exit: send it nowhere.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    try:
+        print(f"{command}: error: cannot write the output: {err.strerror or err}.", file=sys.stderr)
+    except OSError:
+        pass
+    return EXIT_WRITE
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ import difflib
 import math
 from typing import Iterable
 
+from .safe_repr import short_repr
+
 
 class LessonkitError(ValueError):
     """Bad input to a lessonkit function: the message says what is allowed."""
@@ -24,7 +26,8 @@ def choose(value: object, allowed: Iterable[str], what: str) -> str:
     allowed = list(allowed)
     if not isinstance(value, str):
         raise LessonkitError(
-            f"{what} must be a name (a string), got {value!r}. Allowed: {', '.join(allowed)}."
+            f"{what} must be a name (a string), got {short_repr(value, 80)}. "
+            f"Allowed: {', '.join(allowed)}."
         )
     by_key = {normalise_name(a): a for a in allowed}
     key = normalise_name(value)
@@ -40,7 +43,7 @@ def unknown_name_message(value: str, allowed: Iterable[str], what: str) -> str:
     close = difflib.get_close_matches(normalise_name(value), list(by_key), n=3, cutoff=0.5)
     hint = f" Did you mean {' or '.join(repr(by_key[c]) for c in close)}?" if close else ""
     listing = ", ".join(allowed) if len(allowed) <= 30 else ", ".join(allowed[:30]) + ", ..."
-    return f"Unknown {what} {value!r}.{hint} Allowed: {listing}."
+    return f"Unknown {what} {short_repr(value, 80)}.{hint} Allowed: {listing}."
 
 
 def positive_int(value: object, what: str, *, maximum: int | None = None) -> int:
@@ -48,12 +51,13 @@ def positive_int(value: object, what: str, *, maximum: int | None = None) -> int
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (
         isinstance(value, float) and (not math.isfinite(value) or value != int(value))
     ):
-        raise LessonkitError(f"{what} must be a whole number >= 1, got {value!r}.")
+        raise LessonkitError(f"{what} must be a whole number >= 1, got {short_repr(value)}.")
     value = int(value)
     if value < 1:
-        raise LessonkitError(f"{what} must be >= 1, got {value}.")
+        raise LessonkitError(f"{what} must be >= 1, got {short_repr(value)}.")
     if maximum is not None and value > maximum:
-        raise LessonkitError(f"{what} must be at most {maximum:,}, got {value:,}.")
+        shown = f"{value:,}" if value.bit_length() < 600 else short_repr(value)
+        raise LessonkitError(f"{what} must be at most {maximum:,}, got {shown}.")
     return value
 
 
@@ -61,7 +65,7 @@ def positive_number(value: object, what: str, *, maximum: float | None = None,
                     allow_zero: bool = False) -> float:
     """Check that ``value`` is a finite number > 0 (>= 0 with allow_zero)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise LessonkitError(f"{what} must be a finite number, got {value!r}.")
+        raise LessonkitError(f"{what} must be a finite number, got {short_repr(value)}.")
     if value < 0 or (value == 0 and not allow_zero):
         raise LessonkitError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value}.")
     if maximum is not None and value > maximum:

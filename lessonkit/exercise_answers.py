@@ -286,7 +286,8 @@ def _vram_printed(total_memory: int) -> Callable[[str], str | None]:
     gb, gib = total_memory / GB, total_memory / GiB
 
     def verify(printed: str) -> str | None:
-        found = re.findall(r"(\d+(?:\.\d+)?)\s*(GiB|GB)\b", printed)
+        # a number only from its first digit: no quadratic search inside long runs of digits
+        found = re.findall(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(GiB|GB)\b", printed)
         for number, label in found:
             if abs(float(number) - (gib if label == "GiB" else gb)) < 0.011:
                 return None

@@ -3,7 +3,9 @@
 The question bank (kind, unit, tolerance, hints, key points) lives in ``data/exercises.json``.
 Every expected answer is computed when it is checked, from lessonkit itself (the calculator, the
 catalogs, the bandwidth table: see exercise_answers.py), so it cannot drift from the course.
-Odd answers (None, text where a number is expected, a list, NaN) never raise: they get feedback.
+Odd answers (None, text where a number is expected, a list, NaN, an object whose methods raise,
+10 MB of text, a function that loops forever or calls sys.exit) never raise and are answered
+within a second: they get feedback.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import html
 import math
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -22,7 +25,8 @@ from .exercise_answers import EXPECTED as _EXPECTED
 from .exercise_answers import bandwidth_data as _bandwidth_data
 from .exercise_answers import bandwidth_ladder
 from .exercise_answers import bank as _bank
-from .faketorch import run_with_fake_torch
+from .faketorch import StudentExit, TimeLimitExceeded, run_with_fake_torch
+from .safe_repr import describe_error, short_repr, short_str
 from .units import GB, GiB
 
 __all__ = ["CheckResult", "STATUSES", "answer_key", "bandwidth_ladder", "check", "hint",
@@ -33,6 +37,14 @@ PLACEHOLDER_TEXT = "Your answer here"
 _COLOURS = {"correct": "#2e7d32", "not yet": "#e65100", "not answered": "#757575",
             "self-check": "#1565c0"}
 _ICONS = {"correct": "✔", "not yet": "✘", "not answered": "…", "self-check": "☐"}
+# The longest answer read as a number or a name, and as a free-text answer; longer ones get
+# feedback without being parsed (so any answer is checked within a second).
+_MAX_CHARS = 200
+_MAX_TEXT_CHARS = 20_000
+# The most rows of a table or picks of a multiple choice read.
+_MAX_ITEMS = 100
+# Seconds a student's function may run, all of its cases together.
+_FUNCTION_TIME_LIMIT = 0.6
 
 
 # ----- the result ---------------------------------------------------------------------------
@@ -111,7 +123,7 @@ def question_ids(section: str | None = None) -> list[str]:
 
 
 def _question(question_id: object) -> tuple[str, dict[str, Any]]:
-    qid = str(question_id).strip()
+    qid = short_str(question_id, 100).strip()
     match = re.fullmatch(r"(\d{1,2})\.(\d+)", qid)
     if match:
         qid = f"{int(match.group(1)):02d}.{match.group(2)}"
@@ -157,12 +169,16 @@ def check(question_id: str, answer: object = ..., *, show: bool = True) -> Check
     qid, question = _question(question_id)
     kind = question["kind"]
     title = question.get("title", "")
-    if _is_placeholder(answer):
+    try:
+        placeholder = _is_placeholder(answer)
+    except Exception:  # e.g. a str subclass whose methods raise: not a placeholder
+        placeholder = False
+    if placeholder:
         result = CheckResult(qid, title, "not answered",
                              "Not answered yet: replace the placeholder with your answer and run "
                              "this cell again.")
     else:
-        result = _CHECKERS[kind](qid, question, answer)
+        result = _grade(qid, question, answer)
         if result.status == "not yet" and not result.hint:
             result.hint = question.get("hint", "")
         if result.status == "correct" and question.get("explanation"):
@@ -170,6 +186,25 @@ def check(question_id: str, answer: object = ..., *, show: bool = True) -> Check
     if show:
         _show(result)
     return result
+
+
+# What each kind of question wants, for answers the checker cannot read at all.
+_WANTED = {"number": "one number, such as 13.5 or '13.5 GB'",
+           "table": "a dict with one number per row", "choice": "the name of an option (a string)",
+           "multi": "a list of option names", "text": "a few sentences (a string in quotes)",
+           "function": "your function itself (its name, without brackets)"}
+
+
+def _grade(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
+    """The checker's verdict. An answer whose own methods raise (``__float__``, ``__iter__``,
+    ``__getattr__``, ...) gets feedback naming what went wrong, not a traceback."""
+    try:
+        return _CHECKERS[question["kind"]](qid, question, answer)
+    except Exception as err:
+        return CheckResult(qid, question.get("title", ""), "not yet",
+                           f"Could not read {_describe(answer)}: using it raised "
+                           f"{describe_error(err, 120)}. Expected "
+                           f"{_WANTED.get(question['kind'], 'an answer')}.")
 
 
 def _show(result: CheckResult) -> None:
@@ -187,14 +222,14 @@ def _is_placeholder(answer: object) -> bool:
     if answer is ... or answer is None:
         return True
     if isinstance(answer, str):
-        key = normalise_name(answer)
+        key = normalise_name(str.strip(answer)[:1000])  # any text: only its start can be a placeholder
         return not key or key.startswith(normalise_name(PLACEHOLDER_TEXT))
     return False
 
 
 def _describe(answer: object) -> str:
-    text = repr(answer)
-    return text if len(text) <= 60 else text[:57] + "..."
+    """The answer as shown in feedback: its repr, at most 60 characters, whatever it is."""
+    return short_repr(answer, 60)
 
 
 # ----- numbers with units -------------------------------------------------------------------
@@ -222,7 +257,14 @@ _UNIT_NOISE = {
     "$": ("$",),
     "B/param": ("perparameter", "perparam", "/parameter", "/param"),
 }
-_NUMBER_RE = re.compile(r"\s*(?:us)?\$?\s*([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*")
+# Matched against stripped text, and written so that no part can backtrack over another: the
+# unit is the rest of the text, whatever it is (checked against the unit table afterwards).
+_NUMBER_RE = re.compile(r"(?:us)?\$?\s*([-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*)",
+                        re.S)
+
+
+def _match_number(text: str) -> re.Match[str] | None:
+    return _NUMBER_RE.fullmatch(str.strip(text)) if len(text) <= _MAX_CHARS else None
 
 
 class _Unreadable(Exception):
@@ -238,7 +280,10 @@ def _read_number(answer: object, unit: str) -> float:
     if isinstance(answer, bool) or isinstance(answer, (list, tuple, set, dict)):
         raise _Unreadable(f"Expected one number ({example}), got {_describe(answer)}.")
     if isinstance(answer, str):
-        match = _NUMBER_RE.fullmatch(answer)
+        if len(answer) > _MAX_CHARS:
+            raise _Unreadable(f"Expected {example}, got {len(answer):,} characters of text "
+                              f"({_describe(answer)}).")
+        match = _match_number(answer)
         if not match:
             raise _Unreadable(f"Could not read {_describe(answer)} as {example}.")
         digits, unit_text = match.groups()
@@ -265,7 +310,7 @@ def _read_number(answer: object, unit: str) -> float:
     else:
         try:
             value = float(answer)  # int, float, numpy scalars
-        except (TypeError, ValueError, OverflowError):
+        except Exception:  # not a number, too large for a float, or a __float__ that raises
             raise _Unreadable(f"Expected {example}, got {_describe(answer)}.") from None
         if unit == "GB":
             value = _bare_bytes(value)
@@ -286,6 +331,8 @@ _EXAMPLES = {"GB": "'13.5 GB' or 13.5 (GB)", "s": "'0.15 s' or 0.15 (seconds)",
 
 
 def _format(value: float, unit: str) -> str:
+    if abs(value) >= 1e21:  # far beyond any answer: keep it short
+        return f"{value:.3g} {'bytes' if unit == 'GB' else unit}".rstrip()
     if unit == "GB":
         return f"{value / GB:,.{2 if abs(value) < 10 * GB else 1}f} GB"
     if unit in ("$", "$/h"):
@@ -317,7 +364,7 @@ def _compare(value: float, expected: float, question: dict[str, Any]) -> tuple[b
     if abs(value - expected) <= max(absolute, rel * abs(expected)):
         return True, ""
     remark = "too high" if value > expected else "too low"
-    if expected and value:
+    if expected and value and 0 < abs(value / expected) < math.inf:  # no under- or overflow
         ratio = value / expected
         for mistake in question.get("mistakes", []):
             if abs(ratio / mistake["ratio"] - 1) <= max(rel, 0.02):
@@ -356,18 +403,28 @@ def _check_number(qid: str, question: dict[str, Any], answer: object) -> CheckRe
                        tolerance=tolerance)
 
 
-_RANGE_RE = re.compile(r"\s*(.+?)\s*(?:-|–|—|\bto\b|\.\.)\s*(\d.*?)\s*")
+_RANGE_SEPARATOR = re.compile(r"\s*(?:-|–|—|\bto\b|\.\.)\s*")
+
+
+def _split_range(text: str) -> tuple[str, str] | None:
+    """'120 to 160 GB' -> ('120', '160 GB'): split at the first separator followed by a digit."""
+    text = str.strip(text)
+    for separator in _RANGE_SEPARATOR.finditer(text, 1):
+        second = text[separator.end():]
+        if re.match(r"\d", second):
+            return text[:separator.start()], second
+    return None
 
 
 def _read_range(answer: object, unit: str) -> tuple[float, float] | None:
     """A range such as '2-3x' or '120 to 160 GB' as (low, high) in the base unit, else None."""
-    if not isinstance(answer, str):
+    if not isinstance(answer, str) or len(answer) > _MAX_CHARS:
         return None
-    match = _RANGE_RE.fullmatch(answer)
-    if not match:
+    parts = _split_range(answer)
+    if parts is None:
         return None
-    first, second = match.groups()
-    low_match, high_match = _NUMBER_RE.fullmatch(first), _NUMBER_RE.fullmatch(second)
+    first, second = parts
+    low_match, high_match = _match_number(first), _match_number(second)
     if not low_match or not high_match:
         return None
     if not low_match.group(2):  # '2-3x': the unit written once, after the second number
@@ -413,7 +470,7 @@ def _check_table(qid: str, question: dict[str, Any], answer: object) -> CheckRes
     unit, title = question.get("unit", ""), question.get("title", "")
     tolerance = _tolerance(question)[2]
     expected: dict[str, float] = _EXPECTED[qid]()
-    if not isinstance(answer, dict):
+    if not isinstance(answer, dict) or len(answer) > _MAX_ITEMS:
         return CheckResult(qid, title, "not yet",
                            f"Expected a dict with one entry per row ({', '.join(expected)}), "
                            f"got {_describe(answer)}.", tolerance=tolerance)
@@ -423,9 +480,10 @@ def _check_table(qid: str, question: dict[str, Any], answer: object) -> CheckRes
     given: dict[str, object] = {}
     details, unknown = [], []
     for key, value in answer.items():
+        key = short_str(key, _MAX_CHARS)
         row = by_key.get(normalise_name(key))
         if row is None:
-            unknown.append(str(key))
+            unknown.append(key)
         else:
             given[row] = value
     right = 0
@@ -477,6 +535,10 @@ def _pick(raw: object, question: dict[str, Any]) -> str:
         raw = raw.name  # a catalog record (GPU, environment, ModelSpec) stands for its name
     if not isinstance(raw, str):
         raise _Unreadable(f"Expected the name of an option (a string), got {_describe(raw)}.")
+    if len(raw) > _MAX_CHARS:
+        raise _Unreadable(f"Expected the name of an option, got {len(raw):,} characters of text "
+                          f"({_describe(raw)}).")
+    raw = str.__str__(raw)  # a str subclass as plain text
     if source:
         try:
             return _CATALOGS[source](raw)
@@ -496,7 +558,7 @@ def _check_choice(qid: str, question: dict[str, Any], answer: object) -> CheckRe
     accepted = {expected} if isinstance(expected, str) else set(expected)
     if multi:
         raw = [answer] if isinstance(answer, str) else answer
-        if not isinstance(raw, (list, tuple, set, frozenset)):
+        if not isinstance(raw, (list, tuple, set, frozenset)) or len(raw) > _MAX_ITEMS:
             return CheckResult(qid, title, "not yet",
                                f"Expected a list of options, got {_describe(answer)}.")
     elif isinstance(answer, (list, tuple, set, frozenset)):
@@ -522,6 +584,11 @@ def _check_text(qid: str, question: dict[str, Any], answer: object) -> CheckResu
     if not isinstance(answer, str):
         return CheckResult(qid, title, "not yet",
                            f"Write your answer as text (a string in quotes), got {_describe(answer)}.")
+    if len(answer) > _MAX_TEXT_CHARS:
+        return CheckResult(qid, title, "not yet",
+                           f"That is {len(answer):,} characters: explain in a few sentences "
+                           f"(at most {_MAX_TEXT_CHARS:,} characters).")
+    answer = str.__str__(answer)  # a str subclass as plain text
     words = len(answer.split())
     if words < 8:
         return CheckResult(qid, title, "not yet",
@@ -552,14 +619,22 @@ def _check_function(qid: str, question: dict[str, Any], answer: object) -> Check
                            f"Pass your function itself (its name, without brackets), got {_describe(answer)}.")
     cases = _EXPECTED[qid]()
     details, passed = [], 0
+    deadline = time.monotonic() + _FUNCTION_TIME_LIMIT
     for label, torch, verify in cases:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            details.append(f"✘ {label}: not run (the time limit was used up)")
+            continue
         try:
-            printed = run_with_fake_torch(answer, torch)
+            printed = run_with_fake_torch(answer, torch, time_limit=left)
         except NotImplementedError:
             return CheckResult(qid, title, "not answered",
                                "Not answered yet: replace the `raise NotImplementedError` line.")
+        except (TimeLimitExceeded, StudentExit) as err:
+            details.append(f"✘ {label}: {short_str(err)}")
+            continue
         except Exception as err:  # the student's code failed: that is the feedback
-            details.append(f"✘ {label}: raised {type(err).__name__}: {err}")
+            details.append(f"✘ {label}: raised {describe_error(err)}")
             continue
         problem = verify(printed)
         passed += problem is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
@@ -11,9 +12,9 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
 from .errors import LessonkitError, normalise_name, unknown_name_message
+from .hf import FAMILIES, hf_config_from_spec, read_hf_config, spec_fields
+from .safe_repr import short_repr
 from .units import parse_count
-
-FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gemma2", "gpt2")
 # Linear layers per family, in the names peft uses for ``target_modules``.
 LINEAR_MODULES = {
     "gpt2": ("c_attn", "c_proj", "c_fc"),
@@ -37,6 +38,13 @@ _LINEAR_PATHS = {"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj",
                  "attn.c_proj": "attn.c_proj", "c_fc": "mlp.c_fc", "mlp.c_proj": "mlp.c_proj"}
 _NORM_NAMES = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
                "post_feedforward_layernorm")
+NORMS = ("rmsnorm", "layernorm")
+ATTENTION_BIASES = ("none", "qkv", "all")
+# The largest dimension a ModelSpec takes: far above any model made (hidden sizes reach tens
+# of thousands, vocabularies a few hundred thousand), low enough that every count stays exact.
+MAX_DIMENSION = 10_000_000
+# The longest name a model (preset, size or config path) may have.
+_MAX_NAME = 4096
 
 
 class ParamTensor(NamedTuple):
@@ -82,15 +90,32 @@ class ModelSpec:
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
+        if not isinstance(self.family, str) or self.family not in FAMILIES:
             raise LessonkitError(
-                f"Unknown model family {self.family!r}; supported: {', '.join(FAMILIES)}."
+                f"Unknown model family {short_repr(self.family)}; supported: {', '.join(FAMILIES)}."
             )
-        for name in ("n_layers", "hidden_size", "n_heads", "n_kv_heads",
-                     "intermediate_size", "vocab_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise LessonkitError(f"ModelSpec.{name} must be a whole number >= 1, got {value!r}.")
+        for name in ("name", "hidden_act", "note"):
+            if not isinstance(getattr(self, name), str):
+                raise LessonkitError(f"ModelSpec.{name} must be a string, "
+                                     f"got {short_repr(getattr(self, name))}.")
+        dimensions = ["n_layers", "hidden_size", "n_heads", "n_kv_heads", "intermediate_size",
+                      "vocab_size"] + (["head_dim"] if self.head_dim is not None else [])
+        for name in dimensions + ["max_positions"]:
+            value, least = getattr(self, name), 0 if name == "max_positions" else 1
+            if (isinstance(value, bool) or not isinstance(value, int)
+                    or not least <= value <= MAX_DIMENSION):
+                raise LessonkitError(f"ModelSpec.{name} must be a whole number from {least} to "
+                                     f"{MAX_DIMENSION:,}, got {short_repr(value)}.")
+        for name in ("tie_embeddings", "gated_mlp", "mlp_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise LessonkitError(f"ModelSpec.{name} must be True or False, "
+                                     f"got {short_repr(getattr(self, name))}.")
+        for name, allowed in (("norm", NORMS), ("attention_bias", ATTENTION_BIASES)):
+            if not isinstance(getattr(self, name), str) or getattr(self, name) not in allowed:
+                raise LessonkitError(f"ModelSpec.{name} must be one of {', '.join(allowed)}, "
+                                     f"got {short_repr(getattr(self, name))}.")
+        if not isinstance(self.extra, Mapping):
+            raise LessonkitError(f"ModelSpec.extra must be a dict, got {short_repr(self.extra)}.")
         if self.n_heads % self.n_kv_heads:
             raise LessonkitError(
                 f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})."
@@ -246,32 +271,13 @@ class ModelSpec:
 
     @classmethod
     def from_hf_config(cls, config: str | Path | Mapping[str, Any], name: str | None = None) -> "ModelSpec":
-        """Read a Hugging Face ``config.json`` (a path or a dict); no network is used."""
-        from .hf import spec_from_hf_dict
-
-        if isinstance(config, (str, Path)):
-            path = Path(config)
-            if path.is_dir():
-                path = path / "config.json"
-            try:
-                data = json.loads(path.read_text())
-            except FileNotFoundError:
-                raise LessonkitError(f"No config.json at {str(path)!r}.") from None
-            except json.JSONDecodeError as err:
-                raise LessonkitError(f"{str(path)!r} is not valid JSON: {err}.") from None
-            name = name or path.parent.name or "model"
-        elif isinstance(config, Mapping):
-            data = dict(config)
-        elif hasattr(config, "to_dict"):
-            data = config.to_dict()
-        else:
-            raise LessonkitError(f"from_hf_config takes a path or a dict, got {type(config).__name__}.")
-        return spec_from_hf_dict(data, name=name)
+        """Read a Hugging Face ``config.json`` (a path, its folder or a dict); no network is used.
+        A config that cannot be read or holds bad fields is a LessonkitError saying which."""
+        data, folder = read_hf_config(config)
+        return cls(**spec_fields(data, name=name or folder))
 
     def to_hf_config(self) -> Any:
         """A transformers config object that builds this model (imports transformers)."""
-        from .hf import hf_config_from_spec
-
         return hf_config_from_spec(self)
 
 
@@ -308,7 +314,9 @@ def get_preset(name: str) -> ModelSpec:
 
 def spec_for_size(n_params: float) -> ModelSpec:
     """A representative Llama-style shape for a bare parameter count, saying which one it is."""
-    if not math.isfinite(n_params) or n_params < 1e6:
+    if math.isnan(n_params):
+        raise LessonkitError("A model size must be a number of parameters, got nan.")
+    if n_params < 1e6:
         raise LessonkitError(f"A model size must be at least 1M parameters, got {n_params:g}.")
     if n_params > 2e12:
         raise LessonkitError(f"A model size must be at most 2T parameters, got {n_params:g}.")
@@ -358,22 +366,50 @@ def resolve_model(model: object) -> ModelSpec:
     if isinstance(model, Path):
         return ModelSpec.from_hf_config(model)
     if isinstance(model, (int, float)) and not isinstance(model, bool):
-        return spec_for_size(float(model))
+        try:
+            return spec_for_size(float(model))
+        except OverflowError:  # an integer beyond any float
+            return spec_for_size(math.inf)
     if isinstance(model, str):
+        if not model.strip():
+            raise LessonkitError("The model name is empty: give a preset name (e.g. 'llama-2-7b'), "
+                                 "a size in parameters ('7B') or a config.json path.")
+        if len(model) > _MAX_NAME:
+            raise LessonkitError(f"A model name or path of {len(model):,} characters is too long "
+                                 f"(at most {_MAX_NAME:,}): {short_repr(model)}.")
         try:
             return get_preset(model)
         except LessonkitError as unknown:
+            not_a_preset = unknown
+        try:
+            size = parse_count(model)
+        except LessonkitError:
+            size = None
+        if size is not None:  # a size: out of range says so
             try:
-                return spec_for_size(parse_count(model))
-            except LessonkitError:
-                if model.endswith(".json") or Path(model).is_dir():
-                    return ModelSpec.from_hf_config(model)
-                raise LessonkitError(f"{unknown} Or a size in parameters: '7B', '1.5B', '350M' (not GB).") from None
+                return spec_for_size(size)
+            except LessonkitError as out_of_range:
+                raise LessonkitError(f"{out_of_range} A size counts parameters: '7B', '1.5B', "
+                                     "'350M' (not GB).") from None
+        if model.endswith(".json") or _is_path(model):
+            return ModelSpec.from_hf_config(model)
+        nowhere = " Nor is it a file or folder here." if "/" in model or "\\" in model else ""
+        raise LessonkitError(f"{not_a_preset} Or a size in parameters: '7B', '1.5B', '350M' "
+                             f"(not GB).{nowhere}")
     try:
         shown = repr(model)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
     except Exception:  # an object that cannot print itself
         shown = "(unprintable)"
     raise LessonkitError(
         f"A model is a preset name (e.g. 'llama-2-7b'), a size ('7B' or 7e9), a ModelSpec or a "
         f"config dict; got {type(model).__name__} {shown}."
     )
+
+
+def _is_path(path: str) -> bool:
+    """A folder, or a file or link that exists (a loop of links too): read as a config."""
+    try:
+        return Path(path).is_dir() or os.path.lexists(path)
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a path
+        return False

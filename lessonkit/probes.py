@@ -29,6 +29,24 @@ _NVML_ERRORS = {
     "NVMLError_FunctionNotFound": "this NVML library lacks a function nvidia-ml-py needs (old driver)",
     "NVMLError_NoPermission": "no permission to query the GPU through NVML",
 }
+# NVML failures that mean a driver is installed but cannot be used: the problem's code and fix.
+_NVML_BROKEN_DRIVER = {
+    "NVMLError_LibRmVersionMismatch": (
+        "nvml_mismatch",
+        "Reboot the machine: the NVIDIA driver was updated but the old kernel module is still "
+        "loaded (or unload and reload the nvidia kernel modules)."),
+    "NVMLError_DriverNotLoaded": (
+        "driver_not_loaded",
+        "Load the kernel module (`sudo modprobe nvidia`, or reboot); if that fails, `sudo dmesg | "
+        "grep -i nvidia` says why: often Secure Boot refusing an unsigned module (enroll its key "
+        "or turn Secure Boot off), or a driver built for another kernel (reinstall it for this "
+        "one)."),
+    "NVMLError_NoPermission": (
+        "nvml_no_permission",
+        "Give this user access to the GPU device files (/dev/nvidia*: add the user to the group "
+        "that owns them, often `video`, and log in again); in a container, start it with the "
+        "GPUs passed in (`docker run --gpus all`, the NVIDIA Container Toolkit)."),
+}
 
 
 def probe_nvml(report: HealthReport) -> None:
@@ -44,6 +62,8 @@ def probe_nvml(report: HealthReport) -> None:
         kind = type(err).__name__
         report.nvml = {"available": False, "error": _NVML_ERRORS.get(kind, f"{kind}: {err}"),
                        "error_kind": kind}
+        if kind in _NVML_BROKEN_DRIVER:  # a driver is there, but broken: not "no driver"
+            report.nvml.update(driver_broken=True, fix=_NVML_BROKEN_DRIVER[kind][1])
         return
     try:
         info: dict[str, Any] = {"available": True, "devices": []}
@@ -64,6 +84,8 @@ def probe_nvml(report: HealthReport) -> None:
         kind = type(err).__name__
         report.nvml = {"available": False, "error": _NVML_ERRORS.get(kind, f"{kind}: {err}"),
                        "error_kind": kind}
+        if kind in _NVML_BROKEN_DRIVER:
+            report.nvml.update(driver_broken=True, fix=_NVML_BROKEN_DRIVER[kind][1])
     finally:
         try:
             pynvml.nvmlShutdown()
@@ -124,10 +146,21 @@ def _cpu_only_wheel(report: HealthReport) -> None:
                                          total_memory_bytes=d["total"], free_memory_bytes=d["free"],
                                          source="nvml", smoke_test="not run (CPU-only PyTorch)"))
         return
+    if report.nvml.get("driver_broken"):
+        return  # review_devices reports the broken driver with its fix
     report.add("no_gpu", "info",
                f"No GPU: this PyTorch ({report.versions['torch']}) is a CPU-only build and "
-               f"{'no NVIDIA driver was found' if report.nvml.get('error') else 'NVML sees no GPU'}.",
+               f"{_nvml_finding(report)}.",
                _no_gpu_hint(report))
+
+
+def _nvml_finding(report: HealthReport) -> str:
+    """What NVML said about the driver, for a report of no GPU."""
+    if report.nvml.get("available"):
+        return "NVML sees no GPU"
+    if report.nvml.get("error_kind") == "NVMLError_LibraryNotFound":
+        return "no NVIDIA driver was found"
+    return f"NVML could not look for a GPU ({report.nvml.get('error', 'not run')})"
 
 
 def _no_gpu_hint(report: HealthReport) -> str:
@@ -260,7 +293,7 @@ def _cuda_unavailable(report: HealthReport, text: str) -> None:
                    + (f": {text.strip()[:300]}" if text.strip() else "."),
                    "Check `nvidia-smi`, that the driver supports this PyTorch's CUDA "
                    f"{report.versions.get('cuda')}, and restart the Python process.")
-    else:
+    elif not report.nvml.get("driver_broken"):  # a broken driver: review_devices reports it
         report.add("no_gpu", "info",
                    "No GPU: PyTorch has CUDA support but found no NVIDIA GPU or driver on this machine.",
                    _no_gpu_hint(report))
@@ -419,7 +452,8 @@ def review_devices(report: HealthReport) -> None:
             report.add("nvml_failed", "info", f"NVML: {report.nvml['error']}.",
                        "The check used PyTorch alone; update the driver or nvidia-ml-py if you need "
                        "NVML-based tools (nvidia-smi, gpustat).")
-    elif report.backend == "cuda" and kind == "NVMLError_LibRmVersionMismatch":
-        report.add("nvml_mismatch", "error",
-                   f"NVML: {report.nvml['error']}: the NVIDIA kernel module and driver libraries differ.",
-                   "Reboot the machine (the driver was updated but the old kernel module is loaded).")
+    elif report.nvml.get("driver_broken") and kind in _NVML_BROKEN_DRIVER:
+        code, fix = _NVML_BROKEN_DRIVER[kind]
+        report.add(code, "error",
+                   f"An NVIDIA driver is installed but does not work, so no GPU can be used: NVML "
+                   f"says {report.nvml['error']}.", fix)

@@ -182,11 +182,13 @@ def parse_budget(budget: Any) -> float | None:
         word = budget.strip().lower()
         if word in BUDGET_WORDS:
             return BUDGET_WORDS[word]
-        match = re.fullmatch(r"\$?\s*(-?[0-9]*\.?[0-9]+)\s*(?:\$|usd)?\s*(?:/\s*h(?:our)?|per hour)?", word)
+        # the number as --tokens writes it (1e1, 2.5, 1k), with an optional $ and /h
+        match = re.fullmatch(r"\$?\s*(-?)([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?\s*[kmbt]?)\s*"
+                             r"(?:\$|usd)?\s*(?:/\s*h(?:our)?|per hour)?", word)
         if not match:
             raise LessonkitError(f"budget must be dollars per hour (e.g. 2.5 or '$2/h') or one of "
                                  f"{', '.join(BUDGET_WORDS)}; got {budget!r}.")
-        budget = float(match.group(1))
+        budget = parse_count(match.group(2)) * (-1 if match.group(1) else 1)
     return positive_number(budget, "budget (dollars per hour)", allow_zero=True)
 
 

@@ -171,9 +171,9 @@ BAD = [
     (["--model", "7B", "--offload-optimizer"], "needs ZeRO"),
     (["--model", "7B", "--device", "tpu"], "Unknown device"),
     (["--model", "7B", "--attention", "flash3"], "Unknown attention"),
-    (["--model", "0.1"], "Unknown model '0.1'"),
+    (["--model", "0.1"], "at least 1M parameters, got 0.1"),
     (["--model", "7GB"], "Or a size in parameters: '7B'"),
-    (["--model", "7"], "Or a size in parameters: '7B'"),
+    (["--model", "7"], "got 7. A size counts parameters: '7B'"),
     (["--batch-size", "2"], "--model"),
 ]
 

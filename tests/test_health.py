@@ -81,7 +81,7 @@ def fake_pynvml(devices=(), *, init_error=None, driver="550.54.15", cuda_driver=
     """A stand-in for pynvml: NVML errors are classes named like nvidia-ml-py's."""
     nvml = types.ModuleType("pynvml")
     for name in ("NVMLError_LibraryNotFound", "NVMLError_LibRmVersionMismatch",
-                 "NVMLError_DriverNotLoaded"):
+                 "NVMLError_DriverNotLoaded", "NVMLError_NoPermission"):
         setattr(nvml, name, type(name, (Exception,), {}))
 
     def init():
@@ -415,3 +415,40 @@ def test_never_raises_when_a_probe_error_cannot_be_printed(machine):
     torch.cuda.get_device_properties = properties
     report = machine(torch, fake_pynvml([T4]))
     assert "check_failed" in report.codes() and "UnprintableError" in str(report)
+
+
+# ----- a driver that is there but broken ------------------------------------------------------
+BROKEN_DRIVER = {"NVMLError_LibRmVersionMismatch": ("nvml_mismatch", "Reboot"),
+                 "NVMLError_DriverNotLoaded": ("driver_not_loaded", "modprobe nvidia"),
+                 "NVMLError_NoPermission": ("nvml_no_permission", "/dev/nvidia")}
+
+
+@pytest.mark.parametrize("kind", list(BROKEN_DRIVER))
+@pytest.mark.parametrize("torch_build", ["cpu", "cuda", "none"])
+def test_a_broken_driver_is_named_with_its_fix_not_called_missing(machine, kind, torch_build):
+    torch = {"cpu": fake_torch(cuda=None),
+             "cuda": fake_torch(cuda="12.6", available=False,
+                                warning="Found no NVIDIA driver on your system."),
+             "none": None}[torch_build]
+    report = machine(torch, fake_pynvml(init_error=kind), platform=COLAB,
+                     no_torch=torch is None)
+    code, fix = BROKEN_DRIVER[kind]
+    problem = next(p for p in report.problems if p.code == code)
+    assert problem.severity == "error" and fix in problem.hint
+    assert "installed but does not work" in problem.message
+    text = str(report).lower()
+    assert "no nvidia driver" not in text and "found no nvidia gpu or driver" not in text
+    assert "no_gpu" not in report.codes() and report.status == "error"
+    assert "Change runtime type" not in problem.hint  # not the Colab no-GPU hint
+
+
+def test_missing_nvml_library_is_still_no_driver(machine):
+    report = machine(fake_torch(cuda=None), fake_pynvml(init_error="NVMLError_LibraryNotFound"))
+    assert "no NVIDIA driver was found" in report.problems[0].message
+
+
+def test_without_nvidia_ml_py_the_report_does_not_claim_there_is_no_driver(machine):
+    report = machine(fake_torch(cuda=None), no_nvml=True)
+    assert report.codes() == ["no_gpu"]
+    assert "no NVIDIA driver" not in report.problems[0].message
+    assert "nvidia-ml-py is not installed" in report.problems[0].message
