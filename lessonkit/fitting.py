@@ -261,7 +261,7 @@ def needs_text(spec: ModelSpec, method: str, seq_len: int = DEFAULT_SEQ) -> str:
 
 # ----- changes that make a run fit ------------------------------------------------------------
 # Used by `lessonkit vram --gpu` (the first one or two) and by the OOM doctor (more, ranked).
-MIN_SEQ = 128  # the shortest sequence a "shorter sequence" change goes down to
+MIN_SEQ = 256  # a "shorter sequence" change goes down to this, and to a quarter at most
 
 
 def fix_candidates(settings: dict, native_bf16: bool = True,
@@ -288,7 +288,7 @@ def fix_candidates(settings: dict, native_bf16: bool = True,
         groups.insert(1, [{"optimizer": "adamw-8bit"}, {"optimizer": "adamw-8bit"} | ckpt])
     if more:
         shorter, seq = [], settings["seq_len"] // 2
-        while seq >= MIN_SEQ:
+        while seq >= max(MIN_SEQ, settings["seq_len"] // 4):
             shorter += [{"seq_len": seq}, {"seq_len": seq} | ckpt]
             seq //= 2
         groups.append(shorter)

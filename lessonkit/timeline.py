@@ -41,9 +41,10 @@ class Timeline:
 
     @property
     def categories(self) -> list[str]:
-        """Categories with any bytes, in stacking order (report.CATEGORIES first)."""
-        order = [c for c in CATEGORIES if c in self.series]
-        order += [c for c in self.series if c not in CATEGORIES]
+        """Categories with any bytes, in stacking order: others (a snapshot's memory from
+        before its trace) at the bottom, then report.CATEGORIES."""
+        order = [c for c in self.series if c not in CATEGORIES]
+        order += [c for c in CATEGORIES if c in self.series]
         return [c for c in order if any(self.series[c])]
 
     @property

@@ -43,72 +43,116 @@ def _parts(source: Any) -> tuple[Timeline, MemoryReport | None]:
 
 
 class TimelineChart:
-    """A memory timeline on ``ax``; ``update`` draws another report or timeline on it."""
+    """A memory timeline on ``ax``; ``update`` draws another report or timeline on it, changing
+    its artists in place (so a live explorer redraws quickly)."""
 
     def __init__(self, ax: Any, gpu: Any = None, legend: bool = True) -> None:
+        from matplotlib.collections import PolyCollection
+
+        self._poly = PolyCollection
         self.ax, self.gpu, self.legend = ax, gpu, legend
         self.timeline: Timeline | None = None
         self.report: MemoryReport | None = None
-        self.peak_line: Any = None
-        self.stacks: list[Any] = []
+        self.areas: dict[str, Any] = {}  # category -> its band (a PolyCollection)
+        self._shown: tuple[str, ...] = ()
+        self._phase_artists: list[Any] = []
+        self.peak_line = ax.axvline(0, color="black", lw=0.9, ls="--", zorder=3)
+        (self.peak_dot,) = ax.plot([0], [0], marker="o", color="black", ms=4, zorder=4)
+        self.peak_text = ax.annotate("", (0, 0), xytext=(6, 4), textcoords="offset points",
+                                     fontsize=8, va="bottom", zorder=5)
+        self.total_line = ax.axhline(0, color="0.3", lw=0.9, ls=":", zorder=3)
+        self.total_text = ax.text(0.99, 0, "", transform=ax.get_yaxis_transform(), fontsize=7.5,
+                                  va="bottom", ha="right", color="0.25")
+        self.gpu_line = ax.axhline(0, color="#B22222", lw=0.9, ls="--", zorder=3,
+                                   visible=gpu is not None)
+        self.gpu_text = ax.text(0.99, 0, "", transform=ax.get_yaxis_transform(), ha="right",
+                                va="top", fontsize=7.5, color="#B22222")
+        ax.set_ylabel("Live memory (GiB)")
+        ax.set_xlabel("moments of one training step, in order")
+        ax.set_xticks([])
+
+    @property
+    def stacks(self) -> list[Any]:
+        """The bands drawn, bottom first."""
+        return [self.areas[c] for c in self._shown]
+
+    def _band(self, category: str) -> Any:
+        if category not in self.areas:
+            band = self._poly([], facecolors=CATEGORY_COLORS.get(category, CATEGORY_COLORS[
+                "other"]), linewidths=0, zorder=2, label=_label(category))
+            self.ax.add_collection(band)
+            self.areas[category] = band
+        return self.areas[category]
 
     def update(self, source: Any, title: str | None = None) -> None:
         timeline, report = _parts(source)
         if len(timeline) == 0:
             raise LessonkitError("This timeline has no moments to draw.")
         self.timeline, self.report = timeline, report
-        ax = self.ax
-        ax.clear()
-        x = list(range(len(timeline)))
-        names = timeline.categories
-        ys = [[v / GiB for v in timeline.series[c]] for c in names]
-        for phase, first, last in timeline.phase_spans():
-            ax.axvspan(first - 0.5, last + 0.5, color=PHASE_SHADES.get(phase, "#F7F7F7"), lw=0,
-                       zorder=0)
-        self.stacks = ax.stackplot(
-            x, *ys, colors=[CATEGORY_COLORS.get(c, CATEGORY_COLORS["other"]) for c in names],
-            labels=[_label(c) for c in names], linewidth=0, zorder=2)
+        ax, n = self.ax, len(timeline)
+        names = tuple(timeline.categories)
+        bottom = [0.0] * n
+        for category in names:
+            top = [b + v / GiB for b, v in zip(bottom, timeline.series[category])]
+            verts = [(i, t) for i, t in enumerate(top)] + \
+                [(i, b) for i, b in reversed(list(enumerate(bottom)))]
+            self._band(category).set_verts([verts])
+            bottom = top
+        for category, band in self.areas.items():
+            band.set_visible(category in names)
+        self._phases(timeline)
         peak_i, peak = timeline.peak_index, timeline.peak_bytes / GiB
-        self.peak_line = ax.axvline(peak_i, color="black", lw=0.9, ls="--", zorder=3)
-        ax.plot([peak_i], [peak], marker="o", color="black", ms=4, zorder=4)
+        self.peak_line.set_xdata([peak_i, peak_i])
+        self.peak_dot.set_data([peak_i], [peak])
         where = timeline.labels[peak_i] if timeline.labels else timeline.peak_phase
-        ax.annotate(f"peak {peak:,.2f} GiB\n({where})", (peak_i, peak), xytext=(6, 4),
-                    textcoords="offset points", fontsize=8, va="bottom",
-                    ha="right" if peak_i > 0.7 * len(x) else "left", zorder=5)
+        self.peak_text.xy = (peak_i, peak)
+        self.peak_text.set_text(f"peak {peak:,.2f} GiB\n({where})")
+        self.peak_text.set_horizontalalignment("right" if peak_i > 0.7 * n else "left")
+        self.peak_text.set_position((-6, 4) if peak_i > 0.7 * n else (6, 4))
         top = peak
-        if report is not None and report.total_bytes > timeline.peak_bytes:
+        extra = report is not None and report.total_bytes > timeline.peak_bytes
+        self.total_line.set_visible(extra)
+        self.total_text.set_visible(extra)
+        if extra:
             total = report.total_bytes / GiB
-            ax.axhline(total, color="0.3", lw=0.9, ls=":", zorder=3)
-            ax.text(0.99, total, f"{total:,.2f} GiB per GPU with the CUDA context and allocator "
-                    "margin", transform=ax.get_yaxis_transform(), fontsize=7.5, va="bottom",
-                    ha="right", color="0.25")
+            self.total_line.set_ydata([total, total])
+            self.total_text.set_y(total)
+            self.total_text.set_text(f"{total:,.2f} GiB per GPU with the CUDA context and "
+                                     "allocator margin")
             top = total
         if self.gpu is not None:
-            usable = getattr(self.gpu, "usable_bytes", None) or self.gpu
-            usable = float(usable) / GiB
-            ax.axhline(usable, color="#B22222", lw=0.9, ls="--", zorder=3)
-            ax.text(0.99, usable, f"{getattr(self.gpu, 'name', 'GPU')}: {usable:,.1f} GiB usable",
-                    transform=ax.get_yaxis_transform(), ha="right", va="top", fontsize=7.5,
-                    color="#B22222")
+            usable = float(getattr(self.gpu, "usable_bytes", None) or self.gpu) / GiB
+            self.gpu_line.set_ydata([usable, usable])
+            self.gpu_text.set_y(usable)
+            self.gpu_text.set_text(f"{getattr(self.gpu, 'name', 'GPU')}: {usable:,.1f} GiB "
+                                   "usable")
             top = max(top, usable)
         ax.set_ylim(0, top * 1.22 if top > 0 else 1)
-        ax.set_xlim(-0.5, len(x) - 0.5)
-        for phase, first, last in timeline.phase_spans():
-            if last - first >= 0.06 * len(x):
-                ax.text((first + last) / 2, 0.985, phase, transform=ax.get_xaxis_transform(),
-                        ha="center", va="top", fontsize=8, color="0.35")
-        ax.set_ylabel("Live memory (GiB)")
-        ax.set_xlabel("moments of one training step, in order")
-        ax.set_xticks([])
-        if self.legend:
-            handles, labels = ax.get_legend_handles_labels()
-            ax.legend(handles[::-1], labels[::-1], fontsize=7.5, loc="upper left",
+        ax.set_xlim(-0.5, n - 0.5)
+        if self.legend and names != self._shown:
+            handles = [self.areas[c] for c in reversed(names)]
+            ax.legend(handles, [h.get_label() for h in handles], fontsize=7.5, loc="upper left",
                       bbox_to_anchor=(1.01, 1.0), frameon=False)
+        self._shown = names
         if title is None:
             words = SOURCE_WORDS.get(timeline.source, timeline.source)
             title = (f"{report.model.name}: {report._settings_line()} ({words})"
                      if report is not None else f"One training step ({words})")
         ax.set_title(title, fontsize=9)
+
+    def _phases(self, timeline: Timeline) -> None:
+        for artist in self._phase_artists:
+            artist.remove()
+        self._phase_artists = []
+        n = len(timeline)
+        for phase, first, last in timeline.phase_spans():
+            self._phase_artists.append(self.ax.axvspan(
+                first - 0.5, last + 0.5, color=PHASE_SHADES.get(phase, "#F7F7F7"), lw=0,
+                zorder=0))
+            if last - first >= 0.06 * n:
+                self._phase_artists.append(self.ax.text(
+                    (first + last) / 2, 0.985, phase, transform=self.ax.get_xaxis_transform(),
+                    ha="center", va="top", fontsize=8, color="0.35"))
 
     def heights(self, index: int) -> dict[str, float]:
         """GiB per category at moment ``index``, as drawn (for checks)."""

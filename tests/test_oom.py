@@ -405,3 +405,14 @@ def test_cli_exit_codes():
 
     data = json.loads(json_out.stdout)
     assert data["recognized"] and data["fixes"][0]["key"] == "free_other_process"
+
+
+def test_readme_oom_example_runs_and_the_function_is_named():
+    import shlex
+
+    readme = (ROOT / "README.md").read_text()
+    line = next(l for l in readme.splitlines() if l.startswith("lessonkit oom "))
+    result = _cli(*shlex.split(line)[2:])
+    assert result.returncode == 0, result.stderr
+    assert "1. " in result.stdout and "estimated peak per GPU" in result.stdout
+    assert "lessonkit.oom_doctor(error" in readme and "charts.memory_timeline(report)" in readme
