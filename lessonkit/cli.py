@@ -1,4 +1,4 @@
-"""The ``lessonkit`` command line: ``vram``, ``check`` and ``recommend``.
+"""The ``lessonkit`` command line: ``vram``, ``check``, ``recommend`` and ``oom``.
 
 Exit codes: 0 success (for ``vram --gpu``: it fits), 1 does not fit / no usable GPU with
 ``--require-gpu``, 2 bad input.
@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_recommend_arguments(sub.add_parser("recommend", help="rank GPUs and environments for a run"))
     from .cli_oom import add_oom_arguments
 
-    add_oom_arguments(sub.add_parser("oom", help="diagnose a PyTorch out-of-memory error"))
+    add_oom_arguments(sub.add_parser("oom", help="diagnose a PyTorch out-of-memory error"),
+                      add_vram_arguments)
     return parser
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Callable
 
 OOM_EPILOG = """exit codes:
   0  an out-of-memory message was read (and the run's fixes found where settings were given)
@@ -24,10 +25,11 @@ examples:
 MAX_STDIN = 4_000_000  # characters read from standard input
 
 
-def add_oom_arguments(parser: argparse.ArgumentParser) -> None:
-    from .cli import add_vram_arguments
-
-    add_vram_arguments(parser)  # the run's settings: the same flags as `lessonkit vram`
+def add_oom_arguments(parser: argparse.ArgumentParser,
+                      add_run_arguments: Callable[[argparse.ArgumentParser], None]) -> None:
+    """The run's settings are ``lessonkit vram``'s flags (``add_run_arguments`` adds them),
+    with --model optional, and the message."""
+    add_run_arguments(parser)
     parser.description = ("Read a PyTorch out-of-memory error and say what it shows and the "
                           "cheapest changes that make the run fit on that GPU, each with its "
                           "estimated peak.")

@@ -13,7 +13,8 @@ Where the moments come from:
 - ``estimate``: the moments vram.py computes, layer by layer: the forward's saved activations
   growing layer by layer (drawn as a straight rise, as estimate models the forward by its end),
   the logits, then in the backward each layer's own moments (with checkpointing its
-  recomputation: the saw-tooth) and the level between layers, then the optimizer step;
+  recomputation: the saw-tooth) and the level between layers, then the optimizer step (its
+  temporaries, between its start and end without them);
 - ``memory_snapshot.timeline_from_snapshot``: a real ``torch.cuda.memory._snapshot()``.
 """
 
@@ -149,6 +150,8 @@ def estimated(step: Any) -> Timeline:
     else:
         labels += ["backward"] * len(bws)
     moments += [("backward", m) for m in bws]
-    moments += [("optimizer", m) for m in opt]
-    labels += ["optimizer step"] * len(opt)
+    # the step between its start and end, where its temporaries do not exist yet or any more
+    rest = dict(opt[0], temporaries=0)
+    moments += [("optimizer", rest), *(("optimizer", m) for m in opt), ("optimizer", rest)]
+    labels += ["optimizer step, before", *["optimizer step"] * len(opt), "optimizer step, after"]
     return from_moments(moments, "estimate", labels)

@@ -116,7 +116,9 @@ class TimelineChart:
         if extra:
             total = report.total_bytes / GiB
             self.total_line.set_ydata([total, total])
-            self.total_text.set_y(total)
+            right = peak_i > 0.5 * n  # the label on the side away from the peak's
+            self.total_text.set_position((0.01 if right else 0.99, total))
+            self.total_text.set_horizontalalignment("left" if right else "right")
             self.total_text.set_text(f"{total:,.2f} GiB per GPU with the CUDA context and "
                                      "allocator margin")
             top = total
