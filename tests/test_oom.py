@@ -416,3 +416,19 @@ def test_readme_oom_example_runs_and_the_function_is_named():
     assert result.returncode == 0, result.stderr
     assert "1. " in result.stdout and "estimated peak per GPU" in result.stdout
     assert "lessonkit.oom_doctor(error" in readme and "charts.memory_timeline(report)" in readme
+
+
+@pytest.mark.gpu
+def test_a_real_cuda_out_of_memory_error_is_read():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    total = torch.cuda.get_device_properties(0).total_memory
+    with pytest.raises(torch.OutOfMemoryError) as raised:
+        torch.empty(2 * total, dtype=torch.uint8, device="cuda")
+    message = parse_oom(raised.value)
+    assert message is not None and message.backend in ("cuda", "hip")
+    assert abs(message.total_bytes - total) <= 0.006 * GiB
+    assert abs(message.tried_bytes - 2 * total) <= 0.006 * GiB  # printed to 0.01 GiB
+    d = oom_doctor(raised.value, model="7B", batch_size=1, seq_len=512)
+    assert d.recognized and d.budget_bytes <= total
