@@ -23,6 +23,7 @@ _EXPORTS = {
     "get_gpu": "gpus", "list_gpus": "gpus",
     "get_environment": "environments", "list_environments": "environments",
     "recommend": "recommender",
+    "oom_doctor": "oom",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

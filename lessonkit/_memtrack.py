@@ -203,6 +203,25 @@ class Tracker(TorchDispatchMode):
             out[category] = out.get(category, 0) + record.nbytes
         return out
 
+    def moments(self, groups: dict[str, set[int]],
+                vocab_size: int) -> Iterator[tuple[str, dict[str, int]]]:
+        """(phase, bytes by category) after each event of the step's phases (not "setup" or
+        "end"), in order: the live storages, categorised as ``composition`` does."""
+        change: dict[int, tuple[str, int]] = {}
+        for record in self.records:
+            category = self._category(record, groups, vocab_size)
+            change[record.born] = (category, record.nbytes)
+            if record.died != math.inf:
+                change[int(record.died)] = (category, -record.nbytes)
+        live: dict[str, int] = {}
+        for i, (_, phase_idx) in enumerate(self.events):
+            if i in change:
+                category, delta = change[i]
+                live[category] = live.get(category, 0) + delta
+            phase = self.phases[phase_idx]
+            if phase not in ("setup", "end"):
+                yield phase, dict(live)
+
     def _category(self, record: Record, groups: dict[str, set[int]], vocab_size: int) -> str:
         if self.live.get(record.key) is record:
             for category, keys in groups.items():

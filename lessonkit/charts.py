@@ -17,15 +17,11 @@ import textwrap
 from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import LessonkitError, choose
+from .palette import CATEGORY_COLORS  # fixed: a category looks the same in every chart
 from .report import CATEGORIES, LABELS, MemoryReport
+from .timeline_chart import TimelineChart, memory_timeline  # drawn in its own module
 from .units import GiB, format_hours, parse_count
 
-# Fixed colours, so a category looks the same in every chart of the course.
-CATEGORY_COLORS = {
-    "weights": "#4C72B0", "gradients": "#DD8452", "optimizer": "#55A868",
-    "activations": "#C44E52", "logits": "#8172B3", "temporaries": "#937860",
-    "cuda_context": "#8C8C8C", "allocator_margin": "#CCB974", "other": "#DA8BC3",
-}
 # The sizes cards are sold as ("24 GB", really GiB) of common training GPUs: the breakdown
 # chart draws a line at the usable memory of the catalog's card of each size.
 COMMON_GPU_SIZES_GB = (16, 24, 40, 48, 80, 141)

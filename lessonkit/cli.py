@@ -1,4 +1,4 @@
-"""The ``lessonkit`` command line: ``vram``, ``check`` and ``recommend``.
+"""The ``lessonkit`` command line: ``vram``, ``check``, ``recommend`` and ``oom``.
 
 Exit codes: 0 success (for ``vram --gpu``: it fits), 1 does not fit / no usable GPU with
 ``--require-gpu``, 2 bad input, 3 the output could not be written (e.g. a full disk).
@@ -33,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_vram_arguments(sub.add_parser("vram", help="estimate the GPU memory of a fine-tuning run"))
     add_check_arguments(sub.add_parser("check", help="check this machine's GPU and what it can fine-tune"))
     add_recommend_arguments(sub.add_parser("recommend", help="rank GPUs and environments for a run"))
+    from .cli_oom import add_oom_arguments
+
+    add_oom_arguments(sub.add_parser("oom", help="diagnose a PyTorch out-of-memory error"),
+                      add_vram_arguments)
     return parser
 
 
@@ -90,7 +94,7 @@ def run_vram(args: argparse.Namespace) -> int:
     import json
 
     from .errors import choose
-    from .fitting import usual_precision
+    from .fitting import usual_precision, vram_fixes
     from .options import METHODS
     from .vram import estimate
 
@@ -148,69 +152,6 @@ def run_vram(args: argparse.Namespace) -> int:
         print("\nAssumptions:")
         print("\n".join(f"  - {note}" for note in report.assumptions))
     return EXIT_NO if fits is False else EXIT_OK
-
-
-def _fix_candidates(settings: dict, native_bf16: bool = True) -> list[list[dict]]:
-    """Groups of changes to a run, least disruptive first; each group gives at most one fix.
-    ``native_bf16`` is False for GPUs that only emulate bf16 (T4, V100): fp16 is usual there."""
-    from .fitting import usual_precision
-
-    ckpt = {"gradient_checkpointing": True}
-    batch, accum = settings["batch_size"], settings["gradient_accumulation"]
-    smaller = []
-    for with_ckpt in ([False, True] if not settings["gradient_checkpointing"] else [False]):
-        b = batch // 2
-        while b >= 1:
-            # gradient accumulation keeps the effective batch
-            change = {"batch_size": b, "gradient_accumulation": accum * -(-batch // b)}
-            smaller.append(change | (ckpt if with_ckpt else {}))
-            b //= 2
-    groups: list[list[dict]] = [[ckpt], smaller]
-    usual = usual_precision(settings["method"], native_bf16)
-    if settings["precision"] not in (usual, "fp16-mixed" if usual == "bf16-mixed" else usual):
-        groups.insert(1, [{"precision": usual}, {"precision": usual} | ckpt])
-    if settings["method"] == "full" and "8bit" not in settings["optimizer"]:
-        groups.insert(1, [{"optimizer": "adamw-8bit"}, {"optimizer": "adamw-8bit"} | ckpt])
-    for method in ("lora", "qlora")[("full", "lora", "qlora").index(settings["method"]):]:
-        switch = {"method": method, "precision": usual_precision(method, native_bf16)}
-        groups.append([switch, switch | ckpt,
-                       switch | ckpt | {"batch_size": 1, "gradient_accumulation": accum * batch}])
-    if settings["method"] != "qlora" and settings["n_gpus"] == 1:
-        groups.append([{"n_gpus": n, "zero_stage": 3} for n in (2, 4, 8)])
-    return groups
-
-
-def _flags(change: dict) -> str:
-    words = []
-    for name, value in change.items():
-        flag = "--" + name.replace("_", "-")
-        words.append(flag if value is True else f"{flag} {value}")
-    return " ".join(words)
-
-
-def vram_fixes(model: object, settings: dict, usable_bytes: int, limit: int = 2,
-               native_bf16: bool = True) -> list:
-    """Up to ``limit`` changes to a run that make it fit in ``usable_bytes``, as
-    (command-line flags, MemoryReport) pairs; a change that only adds to one already found is
-    left out."""
-    from .vram import estimate
-
-    found: list[tuple[dict, object]] = []
-    for group in _fix_candidates(settings, native_bf16):
-        for change in group:
-            change = {k: v for k, v in change.items() if settings.get(k) != v}
-            if not change or any(kept.items() <= change.items() for kept, _ in found):
-                continue
-            try:
-                report = estimate(model, **(settings | change))
-            except LessonkitError:  # e.g. a setting that QLoRA does not allow
-                continue
-            if report.fits(usable_bytes):
-                found.append((change, report))
-                break
-        if len(found) >= limit:
-            break
-    return [(_flags(change), report) for change, report in found]
 
 
 CHECK_EPILOG = """exit codes:

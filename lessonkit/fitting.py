@@ -257,3 +257,91 @@ def needs_text(spec: ModelSpec, method: str, seq_len: int = DEFAULT_SEQ) -> str:
                 f"checkpointing)")
     return (f"{label} needs {one.total_bytes / GiB:,.1f} GiB on one GPU (batch 1 x {seq_len} "
             f"with checkpointing): {' or '.join(parts)}")
+
+
+# ----- changes that make a run fit ------------------------------------------------------------
+# Used by `lessonkit vram --gpu` (the first one or two) and by the OOM doctor (more, ranked).
+MIN_SEQ = 256  # a "shorter sequence" change goes down to this, and to a quarter at most
+
+
+def fix_candidates(settings: dict, native_bf16: bool = True,
+                   more: bool = False) -> list[list[dict]]:
+    """Groups of changes to a run, least disruptive first; each group gives at most one fix.
+    ``native_bf16`` is False for GPUs that only emulate bf16 (T4, V100): fp16 is usual there.
+    ``more`` adds changes that alter what is trained or slow each step down: a shorter
+    sequence (after a smaller micro-batch) and optimizer offload (before more GPUs)."""
+    ckpt = {"gradient_checkpointing": True}
+    batch, accum = settings["batch_size"], settings["gradient_accumulation"]
+    smaller = []
+    for with_ckpt in ([False, True] if not settings["gradient_checkpointing"] else [False]):
+        b = batch // 2
+        while b >= 1:
+            # gradient accumulation keeps the effective batch
+            change = {"batch_size": b, "gradient_accumulation": accum * -(-batch // b)}
+            smaller.append(change | (ckpt if with_ckpt else {}))
+            b //= 2
+    groups: list[list[dict]] = [[ckpt], smaller]
+    usual = usual_precision(settings["method"], native_bf16)
+    if settings["precision"] not in (usual, "fp16-mixed" if usual == "bf16-mixed" else usual):
+        groups.insert(1, [{"precision": usual}, {"precision": usual} | ckpt])
+    if settings["method"] == "full" and "8bit" not in settings["optimizer"]:
+        groups.insert(1, [{"optimizer": "adamw-8bit"}, {"optimizer": "adamw-8bit"} | ckpt])
+    if more:
+        shorter, seq = [], settings["seq_len"] // 2
+        while seq >= max(MIN_SEQ, settings["seq_len"] // 4):
+            shorter += [{"seq_len": seq}, {"seq_len": seq} | ckpt]
+            seq //= 2
+        groups.append(shorter)
+    for method in ("lora", "qlora")[("full", "lora", "qlora").index(settings["method"]):]:
+        switch = {"method": method, "precision": usual_precision(method, native_bf16)}
+        groups.append([switch, switch | ckpt,
+                       switch | ckpt | {"batch_size": 1, "gradient_accumulation": accum * batch}])
+    if more and not settings.get("offload_optimizer"):
+        offload = {"zero_stage": max(2, settings.get("zero_stage", 0)), "offload_optimizer": True}
+        groups.append([offload, offload | ckpt])
+    if settings["method"] != "qlora" and settings["n_gpus"] == 1:
+        groups.append([{"n_gpus": n, "zero_stage": 3} for n in (2, 4, 8)])
+    return groups
+
+
+def fit_changes(model: Any, settings: dict, usable_bytes: float, limit: int = 2,
+                native_bf16: bool = True, more: bool = False) -> list[tuple[dict, Any]]:
+    """Up to ``limit`` changes to a run that make it fit in ``usable_bytes``, cheapest first,
+    as (changed estimate() keywords, MemoryReport) pairs; a change that only adds to one
+    already found is left out. ``more``: see ``fix_candidates``."""
+    from .errors import LessonkitError
+    from .vram import estimate
+
+    found: list[tuple[dict, Any]] = []
+    for group in fix_candidates(settings, native_bf16, more):
+        for change in group:
+            change = {k: v for k, v in change.items() if settings.get(k) != v}
+            if not change or any(kept.items() <= change.items() for kept, _ in found):
+                continue
+            try:
+                report = estimate(model, **(settings | change))
+            except LessonkitError:  # e.g. a setting that QLoRA does not allow
+                continue
+            if report.fits(usable_bytes):
+                found.append((change, report))
+                break
+        if len(found) >= limit:
+            break
+    return found
+
+
+def change_flags(change: dict) -> str:
+    """A change as command-line flags: '--gradient-checkpointing --batch-size 2'."""
+    words = []
+    for name, value in change.items():
+        flag = "--" + name.replace("_", "-")
+        words.append(flag if value is True else f"{flag} {value}")
+    return " ".join(words)
+
+
+def vram_fixes(model: object, settings: dict, usable_bytes: int, limit: int = 2,
+               native_bf16: bool = True) -> list:
+    """Up to ``limit`` changes to a run that make it fit in ``usable_bytes``, as
+    (command-line flags, MemoryReport) pairs (``fit_changes``)."""
+    return [(change_flags(change), report)
+            for change, report in fit_changes(model, settings, usable_bytes, limit, native_bf16)]

@@ -266,6 +266,9 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
                   "optimizer": storage_keys(states)}
         occurrences, peak_event = tracker.peaks()
         breakdown = tracker.composition(peak_event, groups, spec.vocab_size)
+        from .timeline import from_moments
+
+        timeline = from_moments(tracker.moments(groups, spec.vocab_size), "measure")
         measured = {
             "attention_implementation": getattr(model.config, "_attn_implementation", None),
             "parameter_bytes": tensor_bytes(model.parameters()),
@@ -286,7 +289,8 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
         model=spec, settings=settings.as_dict() | {"measured": measured}, breakdown=breakdown,
         peak_phase=peak_phase, phase_peaks=phase_peaks,
         assumptions=assumptions(spec, settings, measured),
-        source=f"measured: one training step {how} (torch {torch.__version__})")
+        source=f"measured: one training step {how} (torch {torch.__version__})",
+        timeline_source=timeline)
     return report, tracker
 
 

@@ -66,11 +66,21 @@ class MemoryReport:
     phase_peaks: dict[str, int] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
     source: str = "estimate"
+    # a timeline.Timeline, or a function that makes one when first asked for (see ``timeline``)
+    timeline_source: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.breakdown = {key: int(self.breakdown.get(key, 0)) for key in CATEGORIES} | {
             key: int(value) for key, value in self.breakdown.items() if key not in CATEGORIES
         }
+
+    @property
+    def timeline(self) -> Any:
+        """The step's live tensor bytes by category, moment by moment (a timeline.Timeline),
+        or None; its highest moment is ``tensor_bytes``."""
+        if callable(self.timeline_source):
+            self.timeline_source = self.timeline_source()
+        return self.timeline_source
 
     @property
     def total_bytes(self) -> int:

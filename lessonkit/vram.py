@@ -280,23 +280,31 @@ class _Step:
             more_fw, bws = self._fsdp_moments(static, grads_fw)
             fws += more_fw
             bws = [bw_start] + bws
+        self.moments = {"forward": fws, "backward": bws, "optimizer": [step]}  # timeline.py
         by_phase = {"forward": max(fws, key=lambda d: sum(d.values())),
                     "backward": max(bws, key=lambda d: sum(d.values())), "optimizer": step}
         return {k: sum(d.values()) for k, d in by_phase.items()}, by_phase
 
-    def _layer_moments(self, static: dict[str, int], grads_fw: int) -> list[dict[str, int]]:
+    def _layer_moments(self, static: dict[str, int], grads_fw: int,
+                       ks: Any = None) -> list[dict[str, int]]:
         """Inside a decoder layer's backward (activations.backward_moments), layer by layer:
         each finished layer frees what it kept (its activations, or its checkpointed input)
         and leaves its gradients, so the highest moment is in the first layer backward
-        reaches (the last) or in the last one (the first layer)."""
+        reaches (the last) or in the last one (the first layer). ``ks`` (the timeline) asks
+        for these layers instead, each first at its start: the layers below it and the
+        gradient coming into it."""
         spec, s = self.spec, self.s
         t, h, p = self.ctx.tokens, spec.hidden_size, self.p
         layers, ckpt = spec.n_layers, s.gradient_checkpointing
         kept = p * t * h if ckpt else self.layer_saved
         kept_copies = 0 if ckpt else self.layer_copies
         moments = []
-        for k in sorted({0, layers - 1}):  # k layers done
+        for k in sorted({0, layers - 1}) if ks is None else ks:  # k layers done
             below = self.inputs + self.embed_saved + self.fw_layers - k * kept
+            if ks is not None:
+                moments.append(dict(static, gradients=grads_fw + self.head_grads
+                                    + k * self.layer_grads, activations=below + p * t * h,
+                                    temporaries=self.bw_copies - k * kept_copies + self.gather))
             for extra, temps in self._inside_layer(first=k == layers - 1):
                 moments.append(dict(
                     static, gradients=grads_fw + self.head_grads + k * self.layer_grads
@@ -483,4 +491,10 @@ class _Step:
             "optimizer_bytes": self.optimizer, "trainable_parameters": self.trainable_params}
         return MemoryReport(model=self.spec, settings=settings, breakdown=breakdown,
                             peak_phase=phase, phase_peaks=peaks, assumptions=self.assumptions(),
-                            source="estimate")
+                            source="estimate", timeline_source=self.timeline)
+
+    def timeline(self) -> Any:
+        """The step's moments in time order (timeline.py), made when first asked for."""
+        from .timeline import estimated
+
+        return estimated(self)

@@ -1,6 +1,6 @@
 """The notebooks in a real browser: JupyterLab 4 in headless Chromium, driven by Playwright.
 
-For notebook 1 (the VRAM explorer) and notebook 4 (the decision flow): run all cells, change a
+For notebook 1 (the VRAM explorer and the memory timeline) and notebook 4 (the decision flow): run all cells, change a
 control as a student would, and check that the readout and the chart changed and that no cell
 shows an error. Screenshots go to artifacts/screenshots/.
 
@@ -141,6 +141,24 @@ def test_vram_explorer_in_jupyterlab(page: object, server: lab.LabServer) -> Non
     assert peaks[1] > peaks[0], peaks
     shot(page, "01_vram_explorer-3-batch-2", explorer)
     shot(page, "01_vram_equation-page")
+    assert_no_errors(page, server, name, explorer)
+    check_timeline_explorer(page, server, name)
+
+
+def check_timeline_explorer(page: object, server: lab.LabServer, name: str) -> None:
+    """Notebook 1's memory timeline: checkpointing turns the backward into a saw-tooth and
+    lowers the peak."""
+    explorer = page.locator(".lessonkit-timeline-explorer")
+    explorer.wait_for(state="visible")
+    first = state(explorer)
+    assert "Peak of tensors" in first[0] and first[1].startswith("data:image/png")
+    shot(page, "01_timeline_explorer-1-after-run-all", explorer)
+    explorer.locator(".lessonkit-checkbox-checkpointing input").check()
+    ckpt = wait_for_change(page, explorer, first)
+    peaks = [float(re.search(r"Peak of tensors: ([\d,.]+) GiB", r).group(1).replace(",", ""))
+             for r, _ in (first, ckpt)]
+    assert peaks[1] < peaks[0], peaks
+    shot(page, "01_timeline_explorer-2-checkpointing", explorer)
     assert_no_errors(page, server, name, explorer)
 
 
