@@ -117,8 +117,11 @@ def test_make_course_passes_jupyter_args_and_allows_root_when_root(tmp_path, ext
     assert run.returncode == 0, run.stderr
     args = run.stdout.split("jupyter lab", 1)[1].split()
     assert ("--allow-root" in args) == (os.getuid() == 0)
-    assert args[-1] == "notebooks/" and " ".join(a for a in args if a not in
-                                                 ("--allow-root", "notebooks/")) == extra
+    # JupyterLab at the repository root, so exercises/ and solutions/ open from it too; it
+    # starts on the first notebook.
+    course = ("--ServerApp.root_dir=.", "notebooks/01_vram_equation.ipynb")
+    assert tuple(args[-2:]) == course and (ROOT / course[1]).exists()
+    assert " ".join(a for a in args if a not in ("--allow-root", *course)) == extra
 
 
 def test_pyproject_uses_an_spdx_licence_and_ships_the_data_package():
