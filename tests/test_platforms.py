@@ -221,3 +221,14 @@ def test_solution_notebooks_with_colabs_packages(colab_python, name, tmp_path, m
                                execution_timeout=300)
     statuses = re.findall(r"data-status='([^']+)'", json.dumps(nbformat.read(out, as_version=4)))
     assert statuses and set(statuses) <= {"correct", "self-check"}, statuses
+
+
+def test_the_readme_quotes_the_profiles():
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    colab, kaggle = profiles.read("colab"), profiles.read("kaggle")
+    assert (f"ipywidgets {colab['ipywidgets']}, matplotlib {colab['matplotlib']}, numpy "
+            f"{colab['numpy']}, ipykernel {colab['ipykernel']}") in readme
+    assert f"ipywidgets ({colab['ipywidgets'][:3]} on Colab, {kaggle['ipywidgets'][:3]} on Kaggle)" in readme
+    major_minor = colab["torch"].split("+")[0]
+    assert f"Colab has {major_minor} with CUDA 12.8" in readme and colab["torch"].endswith("+cu128")
+    assert "Colab has 3.12" in readme and "# Python there: 3.12" in profiles.header("colab")
