@@ -154,7 +154,10 @@ def run_cell_without_lessonkit(setup: str, env: dict[str, str], monkeypatch) -> 
 
 
 def assert_one_short_message(outputs: list[dict], expected: list[str]) -> str:
-    assert len(outputs) == 1 and outputs[0]["output_type"] == "error", outputs
+    """The cell printed that it installs, then failed with one short message and no traceback."""
+    assert [o.get("text") for o in outputs[:-1]] == ["Installing lessonkit (about a minute)...\n"]
+    outputs = outputs[-1:]
+    assert outputs[0]["output_type"] == "error", outputs
     shown = "\n".join(outputs[0]["traceback"])
     assert outputs[0]["traceback"] == [shown] and len(shown) < 400, shown
     assert shown.startswith("Could not install lessonkit (")

@@ -25,6 +25,7 @@ try:
     import lessonkit
 except ImportError:
     import importlib, os, re, subprocess, sys
+    print("Installing lessonkit (about a minute)...")
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", LESSONKIT],
                          capture_output=True, text=True)
     if pip.returncode:
