@@ -17,7 +17,7 @@ JUPYTER_ARGS ?=
 COLAB_VENV ?= .venv-colab
 COLAB_PY := $(COLAB_VENV)/bin/python
 
-.PHONY: course test test-fast colab-env browser-deps gpu-check clean
+.PHONY: course test test-fast colab-env oldest-env browser-deps gpu-check clean
 
 $(VENV)/.installed-course: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,19 @@ $(COLAB_VENV)/.installed: tests/platforms/colab.txt tests/platforms/profiles.py 
 
 colab-env: $(COLAB_VENV)/.installed
 
+# The oldest matplotlib and ipywidgets that pyproject.toml allows, for the chart and explorer
+# tests (no torch needed there).
+OLDEST_VENV ?= .venv-oldest
+$(OLDEST_VENV)/.installed: tests/platforms/profiles.py pyproject.toml
+	rm -rf $(OLDEST_VENV)
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(PYTHON) tests/platforms/profiles.py lowest > $(OLDEST_VENV)/requirements.txt
+	$(OLDEST_VENV)/bin/python -m pip install -q -r $(OLDEST_VENV)/requirements.txt
+	echo "$(CURDIR)" > "$$($(OLDEST_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/lessonkit-worktree.pth"
+	touch $@
+
+oldest-env: $(OLDEST_VENV)/.installed
+
 # Debian's Chromium for the browser tests (browser downloads are not used).
 browser-deps:
 	@if [ ! -x /usr/bin/chromium ]; then \
@@ -56,7 +69,7 @@ browser-deps:
 	  else echo "Install Chromium (e.g. 'sudo apt-get install chromium') for the browser tests."; fi; \
 	fi
 
-test: $(VENV)/.installed-dev $(COLAB_VENV)/.installed browser-deps
+test: $(VENV)/.installed-dev $(COLAB_VENV)/.installed $(OLDEST_VENV)/.installed browser-deps
 	MPLBACKEND=Agg $(PY) -m pytest
 
 test-fast: $(VENV)/.installed-dev
@@ -66,4 +79,4 @@ gpu-check: $(VENV)/.installed-dev
 	$(PY) scripts/gpu_check.py
 
 clean:
-	rm -rf $(VENV) $(COLAB_VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(COLAB_VENV) $(OLDEST_VENV) .pytest_cache build *.egg-info

@@ -113,15 +113,18 @@ def test_the_dry_run_sees_an_upgrade(wheel, tmp_path):
 
 
 # ----- the Colab test environment ---------------------------------------------------------------
+def built(venv: Path, target: str) -> Path:
+    """The Python of a test environment that make builds (skipped without it, but not in CI)."""
+    if not (venv / ".installed").exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"no test environment at {venv}: CI runs 'make test', which builds it")
+        pytest.skip(f"no test environment at {venv}: run 'make {target}'")
+    return venv / "bin" / "python"
+
+
 @pytest.fixture(scope="module")
 def colab_python() -> Path:
-    python = COLAB_VENV / "bin" / "python"
-    if not (COLAB_VENV / ".installed").exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"no Colab test environment at {COLAB_VENV}: CI runs 'make test', "
-                        "which builds it")
-        pytest.skip(f"no Colab test environment at {COLAB_VENV}: run 'make colab-env'")
-    return python
+    return built(COLAB_VENV, "colab-env")
 
 
 def installed(python: Path) -> dict[str, str]:
@@ -163,6 +166,24 @@ def test_every_explorer_callback_with_colabs_ipywidgets(colab_python):
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
     passed = int(re.search(r"(\d+) passed", run.stdout).group(1))
     assert passed >= 35 and " failed" not in run.stdout
+
+
+def test_charts_and_explorers_with_the_oldest_versions_pyproject_allows():
+    """matplotlib 3.6 and ipywidgets 7.7 (pyproject's floors), numpy 1.x: the chart and widget
+    tests in .venv-oldest/ (make test builds it)."""
+    python = built(Path(os.environ.get("LESSONKIT_OLDEST_VENV", ROOT / ".venv-oldest")),
+                   "oldest-env")
+    shown = subprocess.run([str(python), "-c", "import matplotlib, ipywidgets; "
+                            "print(matplotlib.__version__, ipywidgets.__version__)"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    floors = [pin.split("==")[1].rstrip("*") for pin in profiles.lowest()[:2]]
+    assert [v.startswith(f) for v, f in zip(shown, floors)] == [True, True], (shown, floors)
+    run = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests/test_charts.py", "tests/test_widgets.py"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=900,
+                         env=dict(os.environ, MPLBACKEND="Agg"))
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
+    assert int(re.search(r"(\d+) passed", run.stdout).group(1)) >= 50
 
 
 def kernel_env() -> dict[str, str]:

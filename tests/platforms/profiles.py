@@ -2,6 +2,7 @@
 
     python tests/platforms/profiles.py constraints colab    # pip constraints for the test env
     python tests/platforms/profiles.py requirements          # what the test env installs
+    python tests/platforms/profiles.py lowest                # the oldest versions allowed
 
 The Colab test environment (``make colab-env``, part of ``make test``) installs lessonkit's own
 requirements and the kernel and test tools Colab ships, every one at the version in colab.txt.
@@ -62,11 +63,24 @@ def requirements() -> list[str]:
     return [r for r in needed if normalize(re.split(r"[<>=!~ \[;]", r)[0]) not in LOCAL] + list(TOOLS)
 
 
+def lowest() -> list[str]:
+    """The oldest releases pyproject.toml allows of what the charts and explorers use
+    ("matplotlib>=3.6" becomes "matplotlib==3.6.*"), with the numpy they were built for."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    pins = []
+    for requirement in project["dependencies"]:
+        floor = re.search(r"^([\w-]+)\s*>=\s*(\d+\.\d+)", requirement)
+        pins.append(f"{floor.group(1)}=={floor.group(2)}.*")
+    return [*pins, "numpy<2", "ipython", "pytest"]
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["constraints"] and len(argv) == 2 and argv[1] in PLATFORMS:
         print("\n".join(constraints(argv[1])))
     elif argv == ["requirements"]:
         print("\n".join(requirements()))
+    elif argv == ["lowest"]:
+        print("\n".join(lowest()))
     else:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
