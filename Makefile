@@ -44,7 +44,7 @@ $(COLAB_VENV)/.installed: tests/platforms/colab.txt tests/platforms/profiles.py 
 	$(COLAB_PY) -m pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) -c $(COLAB_VENV)/constraints.txt "$(TORCH_SPEC)"
 	$(COLAB_PY) -m pip install -q -c $(COLAB_VENV)/constraints.txt -r $(COLAB_VENV)/requirements.txt
 	echo "$(CURDIR)" > "$$($(COLAB_PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/lessonkit-worktree.pth"
-	$(COLAB_PY) -m ipykernel install --prefix $(COLAB_VENV) --name lessonkit-colab --display-name "Python (Colab's packages)" >/dev/null
+	$(COLAB_PY) -Xfrozen_modules=off -m ipykernel install --prefix $(COLAB_VENV) --name lessonkit-colab --display-name "Python (Colab's packages)" >/dev/null
 	touch $@
 
 colab-env: $(COLAB_VENV)/.installed
