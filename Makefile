@@ -12,7 +12,12 @@ TORCH_INDEX_URL ?=
 # --allow-root is added when running as root (containers, Colab-like VMs).
 JUPYTER_ARGS ?=
 
-.PHONY: course test test-fast browser-deps gpu-check clean
+# A second environment holding Colab's package versions (tests/platforms/colab.txt), where the
+# tests run every notebook and every explorer callback; torch stays $(TORCH_SPEC).
+COLAB_VENV ?= .venv-colab
+COLAB_PY := $(COLAB_VENV)/bin/python
+
+.PHONY: course test test-fast colab-env oldest-env browser-deps gpu-check clean
 
 $(VENV)/.installed-course: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +30,37 @@ $(VENV)/.installed-dev: $(VENV)/.installed-course
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
+# JupyterLab at the repository root: notebooks/, exercises/ and solutions/ side by side.
 course: $(VENV)/.installed-course
-	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(JUPYTER_ARGS) notebooks/
+	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(JUPYTER_ARGS) --ServerApp.root_dir=. notebooks/01_vram_equation.ipynb
+
+# lessonkit itself comes from the working tree (a .pth file), so the environment is built once
+# and reused until the profile or pyproject.toml changes.
+$(COLAB_VENV)/.installed: tests/platforms/colab.txt tests/platforms/profiles.py pyproject.toml
+	rm -rf $(COLAB_VENV)
+	$(PYTHON) -m venv $(COLAB_VENV)
+	$(PYTHON) tests/platforms/profiles.py constraints colab > $(COLAB_VENV)/constraints.txt
+	$(PYTHON) tests/platforms/profiles.py requirements > $(COLAB_VENV)/requirements.txt
+	$(COLAB_PY) -m pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) -c $(COLAB_VENV)/constraints.txt "$(TORCH_SPEC)"
+	$(COLAB_PY) -m pip install -q -c $(COLAB_VENV)/constraints.txt -r $(COLAB_VENV)/requirements.txt
+	echo "$(CURDIR)" > "$$($(COLAB_PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/lessonkit-worktree.pth"
+	$(COLAB_PY) -Xfrozen_modules=off -m ipykernel install --prefix $(COLAB_VENV) --name lessonkit-colab --display-name "Python (Colab's packages)" >/dev/null
+	touch $@
+
+colab-env: $(COLAB_VENV)/.installed
+
+# The oldest matplotlib and ipywidgets that pyproject.toml allows, for the chart and explorer
+# tests (no torch needed there).
+OLDEST_VENV ?= .venv-oldest
+$(OLDEST_VENV)/.installed: tests/platforms/profiles.py pyproject.toml
+	rm -rf $(OLDEST_VENV)
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(PYTHON) tests/platforms/profiles.py lowest > $(OLDEST_VENV)/requirements.txt
+	$(OLDEST_VENV)/bin/python -m pip install -q -r $(OLDEST_VENV)/requirements.txt
+	echo "$(CURDIR)" > "$$($(OLDEST_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/lessonkit-worktree.pth"
+	touch $@
+
+oldest-env: $(OLDEST_VENV)/.installed
 
 # Debian's Chromium for the browser tests (browser downloads are not used).
 browser-deps:
@@ -35,7 +69,7 @@ browser-deps:
 	  else echo "Install Chromium (e.g. 'sudo apt-get install chromium') for the browser tests."; fi; \
 	fi
 
-test: $(VENV)/.installed-dev browser-deps
+test: $(VENV)/.installed-dev $(COLAB_VENV)/.installed $(OLDEST_VENV)/.installed browser-deps
 	MPLBACKEND=Agg $(PY) -m pytest
 
 test-fast: $(VENV)/.installed-dev
@@ -45,4 +79,4 @@ gpu-check: $(VENV)/.installed-dev
 	$(PY) scripts/gpu_check.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(COLAB_VENV) $(OLDEST_VENV) .pytest_cache build *.egg-info

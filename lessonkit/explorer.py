@@ -175,12 +175,28 @@ def explorer_class() -> Any:
             return buffer.getvalue()
 
         def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-            bundle = super()._repr_mimebundle_(**kwargs) or {}
+            parent = getattr(super(), "_repr_mimebundle_", None)
+            if parent is not None:  # ipywidgets 8
+                bundle = dict(parent(**kwargs) or {})
+            else:  # ipywidgets 7 (Colab) builds its bundle inside _ipython_display_
+                bundle = {"text/plain": repr(self)[:110],
+                          "application/vnd.jupyter.widget-view+json": {
+                              "version_major": 2, "version_minor": 0,
+                              "model_id": self._model_id}}
             bundle["image/png"] = base64.b64encode(self._png or self.png()).decode("ascii")
             if static_mode():
                 bundle.pop("application/vnd.jupyter.widget-view+json", None)
                 bundle["text/plain"] = _plain_text(self.readout.value)
             return bundle
+
+        if hasattr(W.Widget, "_ipython_display_"):  # ipywidgets 7 displays through this hook
+            def _ipython_display_(self, **kwargs: Any) -> None:
+                from IPython.display import display
+
+                bundle = self._repr_mimebundle_()
+                display(bundle, raw=True)
+                if "application/vnd.jupyter.widget-view+json" in bundle:
+                    self._handle_displayed(**kwargs)
 
     _EXPLORER_CLASS = Explorer
     return Explorer

@@ -2,7 +2,9 @@
 
 For notebook 1 (the VRAM explorer and the memory timeline) and notebook 4 (the decision flow): run all cells, change a
 control as a student would, and check that the readout and the chart changed and that no cell
-shows an error. Screenshots go to artifacts/screenshots/.
+shows an error. JupyterLab serves the course as ``make course`` does (notebooks/ and exercises/
+side by side at its root), and an exercise notebook is opened from its file browser.
+Screenshots go to artifacts/screenshots/.
 
     MPLBACKEND=Agg .venv/bin/python -m pytest -m browser     # or: make test (runs everything)
 
@@ -25,7 +27,8 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
-NOTEBOOKS = ("01_vram_equation.ipynb", "04_hardware_decision_flow.ipynb")
+NOTEBOOKS = ("notebooks/01_vram_equation.ipynb", "notebooks/04_hardware_decision_flow.ipynb")
+EXERCISE = "01_vram_equation.ipynb"
 VIEWPORT = {"width": 1400, "height": 1000}
 
 
@@ -38,8 +41,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lab.LabServer]:
         pytest.skip(f"no Chromium at {lab.CHROMIUM}: run 'make browser-deps' "
                     "(or apt-get install chromium)")
     home = tmp_path_factory.mktemp("jupyterlab")
-    root = home / "notebooks"
-    lab.copy_notebooks(ROOT / "notebooks", root, list(NOTEBOOKS))
+    root = home / "course"  # laid out as the repository, which make course serves
+    lab.copy_notebooks(ROOT / "notebooks", root / "notebooks", [Path(n).name for n in NOTEBOOKS])
+    lab.copy_notebooks(ROOT / "exercises", root / "exercises", [EXERCISE])
     with lab.lab_server(root, home) as running:
         yield running
 
@@ -182,3 +186,23 @@ def test_decision_flow_explorer_in_jupyterlab(page: object, server: lab.LabServe
     shot(page, "04_decision_flow-3-70B", explorer)
     shot(page, "04_hardware_decision_flow-page")
     assert_no_errors(page, server, name, explorer)
+
+
+def test_an_exercise_notebook_opens_from_the_file_browser(page: object, server: lab.LabServer) -> None:
+    page.goto(f"{server.url}/lab?token={server.token}&reset")
+    listing = page.locator(".jp-FileBrowser .jp-DirListing-content")
+    listing.locator(".jp-DirListing-item", has_text="notebooks").first.wait_for(timeout=90_000)
+    listing.locator(".jp-DirListing-item", has_text="exercises").first.dblclick()
+    page.locator(".jp-FileBrowser .jp-BreadCrumbs", has_text="exercises").wait_for()
+    listing.locator(".jp-DirListing-item", has_text=EXERCISE).first.dblclick()
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=90_000)
+    lab.wait_kernel_idle(page, 90_000)
+    assert "Exercises 01" in page.locator(".jp-NotebookPanel .jp-MarkdownCell").nth(1).inner_text()
+    lab.run_all_cells(page)
+    assert lab.error_outputs(page) == []
+    statuses = page.evaluate("() => [...document.querySelectorAll('.jp-NotebookPanel "
+                             "[data-question][data-status]')].map(n => n.dataset.status)")
+    from lessonkit.exercises import question_ids
+
+    assert statuses == ["not answered"] * len(question_ids(EXERCISE[:-6])), statuses
+    shot(page, "exercise-01-from-the-file-browser")

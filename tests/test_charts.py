@@ -62,7 +62,8 @@ def test_colours_and_legend_match_the_categories():
             to_hex(charts.CATEGORY_COLORS[key])
     texts = [t.get_text() for t in chart.legend.get_texts()]
     assert texts == [LABELS[k] for k in reversed(CATEGORIES)]
-    for handle, key in zip(chart.legend.legend_handles, reversed(CATEGORIES)):
+    handles = getattr(chart.legend, "legend_handles", None) or chart.legend.legendHandles  # < 3.7
+    for handle, key in zip(handles, reversed(CATEGORIES)):
         assert to_hex(handle.get_facecolor()) == to_hex(charts.CATEGORY_COLORS[key])
     assert len(set(charts.CATEGORY_COLORS.values())) == len(charts.CATEGORY_COLORS)
 

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 GENERATOR = ROOT / "tools" / "generate_exercises.py"
 SECTIONS = ("01_vram_equation", "02_gpu_selection_matrix", "03_choosing_your_environment",
             "04_hardware_decision_flow", "05_checking_your_environment", "06_summary_and_reflection")
-REPO_URL = "https://github.com/gpu-survival-guide/gpu-survival-guide"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["lessonkit"]
+REPO_URL, REF = f"https://github.com/{PYPROJECT['repository']}", PYPROJECT["release"]
 
 
 def load_generator():
@@ -143,10 +145,10 @@ def test_exercise_notebooks_are_clean_and_say_where_they_come_from(name):
     assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
     assert "solution-only" not in text and "solution notebook**" not in text
     badges = source(exercise["cells"][1])
-    assert f"colab.research.google.com/github/{REPO_URL[19:]}/blob/main/exercises/{name}.ipynb" in badges
-    assert f"kaggle.com/kernels/welcome?src={REPO_URL}/blob/main/exercises/{name}.ipynb" in badges
+    assert f"colab.research.google.com/github/{REPO_URL[19:]}/blob/{REF}/exercises/{name}.ipynb" in badges
+    assert f"kaggle.com/kernels/welcome?src={REPO_URL}/blob/{REF}/exercises/{name}.ipynb" in badges
     install = next(source(c) for c in exercise["cells"] if c["cell_type"] == "code")
-    assert "except ImportError:" in install and "%pip install" in install  # only where missing
+    assert "except ImportError:" in install and f"{REPO_URL}@{REF}" in install  # only where missing
     assert not re.search(r"(torch|numpy|matplotlib)\s*[=<>]=", install)
 
 

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import nbformat
@@ -34,7 +35,8 @@ NAMES = (
     "05_checking_your_environment.ipynb",
     "06_summary_and_reflection.ipynb",
 )
-REPO = "github.com/gpu-survival-guide/gpu-survival-guide"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["lessonkit"]
+REPO, REF = f"github.com/{PYPROJECT['repository']}", PYPROJECT["release"]  # tools/set_repository.py
 # Two parameter sets per notebook, away from the defaults nbval runs with. The second set also
 # runs the explorers in static mode (PNG only), as nbconvert or GitHub's viewer would see them.
 PARAMETER_SETS = {
@@ -123,15 +125,15 @@ def test_opens_with_badges_and_an_install_cell(name: str) -> None:
     nb = read(name)
     first = nb.cells[0]
     assert first.cell_type == "markdown" and first.source.startswith("# ")
-    assert f"colab.research.google.com/github/gpu-survival-guide/gpu-survival-guide/blob/main/notebooks/{name}" in first.source
-    assert f"kaggle.com/kernels/welcome?src=https://{REPO}/blob/main/notebooks/{name}" in first.source
+    assert f"colab.research.google.com/github/{REPO[11:]}/blob/{REF}/notebooks/{name}" in first.source
+    assert f"kaggle.com/kernels/welcome?src=https://{REPO}/blob/{REF}/notebooks/{name}" in first.source
     install = code_cells(nb)[0].source
     assert re.search(r"try:\s*\n\s*import lessonkit\s*\nexcept ImportError:", install), install
-    pip_lines = [line for line in install.splitlines() if "pip install" in line]
-    assert len(pip_lines) == 1 and pip_lines[0].strip().startswith("%pip install")
-    assert f"git+https://{REPO}" in pip_lines[0]
+    requirement = re.search(r'^LESSONKIT = "(.*)"$', install, re.M).group(1)
+    assert requirement == f"lessonkit[measure] @ git+https://{REPO}@{REF}"
     # Colab and Kaggle ship their own torch, numpy and matplotlib: never re-pin or upgrade them.
-    assert not re.search(r"torch|numpy|matplotlib|--upgrade|\s-U\s", pip_lines[0]), pip_lines[0]
+    pip = re.search(r"\[sys.executable, \"-m\", \"pip\", \"install\",[^\]]*\]", install).group(0)
+    assert not re.search(r"torch|numpy|matplotlib|--upgrade|-U\b", pip + requirement), pip
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -117,8 +117,11 @@ def test_make_course_passes_jupyter_args_and_allows_root_when_root(tmp_path, ext
     assert run.returncode == 0, run.stderr
     args = run.stdout.split("jupyter lab", 1)[1].split()
     assert ("--allow-root" in args) == (os.getuid() == 0)
-    assert args[-1] == "notebooks/" and " ".join(a for a in args if a not in
-                                                 ("--allow-root", "notebooks/")) == extra
+    # JupyterLab at the repository root, so exercises/ and solutions/ open from it too; it
+    # starts on the first notebook.
+    course = ("--ServerApp.root_dir=.", "notebooks/01_vram_equation.ipynb")
+    assert tuple(args[-2:]) == course and (ROOT / course[1]).exists()
+    assert " ".join(a for a in args if a not in ("--allow-root", *course)) == extra
 
 
 def test_pyproject_uses_an_spdx_licence_and_ships_the_data_package():
@@ -166,6 +169,40 @@ def test_readme_python_example_runs_and_prints_what_it_says(capsys):
 
     assert claimed.group(1) == f"{report.total_bytes / GB:.2f}" and claimed.group(2) == report.peak_phase
     assert f"{report.total_bytes / GB:.2f} GB" in out
+
+
+def test_readme_python_example_as_a_script_prints_what_the_cli_prints():
+    """Run as a script, the five lines show the health report and the recommendations as
+    `lessonkit check` and `lessonkit recommend` print them, not reprs."""
+    code = _readme_block("## lessonkit in five lines", "python")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    script = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, timeout=300, cwd=ROOT)
+    assert script.returncode == 0, script.stderr
+    budget = re.search(r'recommend\("(\w+)", budget=(\d+), tokens=([\de.]+)\)', code)
+    cli = [subprocess.run([sys.executable, "-m", "lessonkit", *argv], capture_output=True,
+                          text=True, env=env, timeout=300, cwd=ROOT).stdout
+           for argv in (["check"], ["recommend", "--model", budget.group(1), "--budget",
+                                    budget.group(2), "--tokens", budget.group(3)])]
+    assert script.stdout.endswith(cli[0] + cli[1])
+    assert "GPU health check:" in cli[0] and cli[1].startswith("Recommendation for 70B")
+    assert "HealthReport(" not in script.stdout and "Recommendation(" not in script.stdout
+    breakdown = script.stdout[: -len(cli[0] + cli[1])]
+    assert re.search(r"[\d.]+ GB", breakdown)
+
+
+def test_readme_gives_the_measured_size_of_the_environment():
+    """The size the README states for .venv/ (CPU build of torch), against this environment."""
+    import torch
+
+    if ".venv" not in Path(sys.prefix).name or "+cpu" not in torch.__version__:
+        pytest.skip("measured on the .venv/ that make test builds with the CPU build of torch")
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    stated = float(re.search(r"`\.venv/` measured ([\d.]+) GB after `make test` with the CPU "
+                             r"build of torch", readme).group(1))
+    used = subprocess.run(["du", "-sb", sys.prefix], capture_output=True, text=True, check=True)
+    measured = int(used.stdout.split()[0]) / 1e9  # GB, as the README writes sizes
+    assert abs(measured - stated) / stated < 0.15, f"{measured:.2f} GB here, README says {stated}"
 
 
 def test_readme_cli_examples_run_and_print_what_it_says():

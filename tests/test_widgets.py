@@ -233,6 +233,69 @@ def test_static_fallback_in_the_display_bundle(vram, monkeypatch):
     assert "<" not in bundle["text/plain"]
 
 
+def displayed_bundle(explorer) -> dict:
+    """What display(explorer) sends to the front end, through IPython's display machinery
+    (ipywidgets 7 goes through _ipython_display_, ipywidgets 8 through _repr_mimebundle_)."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.display import display
+    from IPython.utils.capture import capture_output
+
+    InteractiveShell.instance()
+    with capture_output() as captured:
+        display(explorer)
+    (output,) = captured.outputs
+    return output.data
+
+
+def test_display_sends_the_widget_and_a_png_live_and_only_the_png_static(vram, monkeypatch):
+    monkeypatch.delenv("LESSONKIT_STATIC", raising=False)
+    live = displayed_bundle(vram)
+    assert live["application/vnd.jupyter.widget-view+json"]["model_id"] == vram.model_id
+    assert base64.b64decode(live["image/png"]) == vram.png()
+    monkeypatch.setenv("LESSONKIT_STATIC", "1")
+    static = displayed_bundle(vram)
+    assert "application/vnd.jupyter.widget-view+json" not in static
+    assert "Peak per GPU" in static["text/plain"] and "image/png" in static
+
+
+# The widget models Colab's front end renders (ipywidgets 7) and JupyterLab's (ipywidgets 8).
+CORE_MODULES = {"@jupyter-widgets/base", "@jupyter-widgets/controls", "@jupyter-widgets/output"}
+
+
+def widget_tree(widget) -> list:
+    """A widget and every widget it holds (children, layout, style), depth first."""
+    import ipywidgets as W
+
+    found, stack = [], [widget]
+    while stack:
+        current = stack.pop()
+        if any(current is seen for seen in found):
+            continue
+        found.append(current)
+        for name in current.keys:
+            value = getattr(current, name, None)
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(item, W.Widget):
+                    stack.append(item)
+    return found
+
+
+def test_the_explorers_use_only_core_widgets():
+    import ipywidgets as W
+
+    explorers = [widgets.vram_explorer(), widgets.gpu_matrix_explorer(),
+                 widgets.environment_explorer(), widgets.decision_flow_explorer()]
+    for explorer in explorers:
+        tree = widget_tree(explorer)
+        assert len(tree) > 10 and explorer.output in tree and explorer.readout in tree
+        for widget in tree:
+            assert type(widget).__module__.startswith(("ipywidgets.", "lessonkit.")), type(widget)
+            assert isinstance(widget, W.Widget)
+            assert widget._model_module in CORE_MODULES, (type(widget), widget._model_module)
+            if widget._view_name is not None:
+                assert widget._view_module in CORE_MODULES, (type(widget), widget._view_module)
+
+
 def test_css_classes_are_set_and_documented():
     explorers = [widgets.vram_explorer(), widgets.gpu_matrix_explorer(),
                  widgets.environment_explorer(), widgets.decision_flow_explorer()]
