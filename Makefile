@@ -12,7 +12,7 @@ TORCH_INDEX_URL ?=
 # --allow-root is added when running as root (containers, Colab-like VMs).
 JUPYTER_ARGS ?=
 
-.PHONY: course test test-fast browser-deps gpu-check clean
+.PHONY: course test test-fast browser-deps gpu-check clean slides voila
 
 $(VENV)/.installed-course: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,19 @@ $(VENV)/.installed-dev: $(VENV)/.installed-course
 
 course: $(VENV)/.installed-course
 	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(JUPYTER_ARGS) notebooks/
+
+# Presenter mode (NB is a notebook number): reveal.js slides of a notebook, or a Voilà dashboard
+# of its explorers. `make slides NB=01` writes artifacts/slides/01_vram_equation.slides.html.
+NB ?= 01
+$(VENV)/.installed-present: $(VENV)/.installed-course
+	$(PY) -m pip install -q -e ".[course,measure,present]"
+	touch $@
+
+slides: $(VENV)/.installed-present
+	$(PY) tools/present.py slides $(NB)
+
+voila: $(VENV)/.installed-present
+	$(PY) tools/present.py voila $(NB)
 
 # Debian's Chromium for the browser tests (browser downloads are not used).
 browser-deps:
