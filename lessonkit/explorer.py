@@ -93,7 +93,7 @@ def explorer_class() -> Any:
                                          layout=W.Layout(width="auto"))
             self.reset_button.add_class("lessonkit-button-reset")
             self.reset_button.on_click(lambda _button: self.reset())
-            super().__init__([*boxes, self.reset_button, self.readout, self.output])
+            super().__init__([*boxes, W.HBox([self.reset_button]), self.readout, self.output])
             self.add_class("lessonkit-explorer")
             self.add_class(f"lessonkit-{kind}-explorer")
             for control in controls.values():

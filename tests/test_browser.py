@@ -164,3 +164,47 @@ def test_decision_flow_explorer_in_jupyterlab(page: object, server: lab.LabServe
     shot(page, "04_decision_flow-3-70B", explorer)
     shot(page, "04_hardware_decision_flow-page")
     assert_no_errors(page, server, name, explorer)
+
+
+# ----- presenter mode -----------------------------------------------------------------------
+def test_voila_dashboard_explorer_moves_and_resets(browser: object, tmp_path: Path) -> None:
+    """The documented presenter command's dashboard: served by Voilà, a slider moved, then Reset."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("present", ROOT / "tools" / "present.py")
+    present = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(present)
+    dashboard = present.write_dashboard(present.find_notebook("01"), tmp_path / "presenter")
+    with lab.voila_server(dashboard, tmp_path) as url:
+        page = browser.new_page(viewport=VIEWPORT)
+        try:
+            page.goto(url, timeout=120_000)
+            explorer = page.locator(".lessonkit-vram-explorer")
+            explorer.wait_for(state="visible", timeout=120_000)
+            page.wait_for_function("""node => {
+                const img = node.querySelector('.lessonkit-chart img');
+                return img && img.getAttribute('src');
+            }""", arg=explorer.element_handle(), timeout=60_000)
+            first = state(explorer)
+            assert "Peak per GPU" in first[0] and first[1].startswith("data:image/png")
+            assert "vram_explorer(" not in page.inner_text("body")  # code stays hidden
+            shot(page, "voila_01-1-start", explorer)
+
+            explorer.locator(".lessonkit-toggle-method").get_by_role(
+                "button", name="lora", exact=True).click()
+            lora = wait_for_change(page, explorer, first)
+            handle = explorer.locator(".lessonkit-slider-batch .noUi-handle")
+            handle.focus()
+            page.keyboard.press("ArrowRight")
+            moved = wait_for_change(page, explorer, lora)
+            assert explorer.locator(".lessonkit-slider-batch .widget-readout").inner_text().strip() == "2"
+            shot(page, "voila_01-2-lora-batch-2", explorer)
+
+            explorer.locator(".lessonkit-button-reset").click()
+            reset = wait_for_change(page, explorer, moved)
+            assert reset[0] == first[0]  # back to the notebook's settings
+            assert explorer.locator(".lessonkit-slider-batch .widget-readout").inner_text().strip() == "1"
+            assert explorer.locator(".lessonkit-toggle-method button.mod-active").inner_text() == "full"
+            shot(page, "voila_01-3-reset", explorer)
+        finally:
+            page.close()
