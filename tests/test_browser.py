@@ -208,3 +208,25 @@ def test_voila_dashboard_explorer_moves_and_resets(browser: object, tmp_path: Pa
             shot(page, "voila_01-3-reset", explorer)
         finally:
             page.close()
+
+
+def test_jupyterlab_rise_shows_the_notebook_as_slides(page: object, server: lab.LabServer) -> None:
+    """jupyterlab-rise renders a notebook as reveal.js slides from its slide metadata."""
+    import nbformat
+
+    name = NOTEBOOKS[1]
+    cells = nbformat.read(server.root / name, as_version=4).cells
+    slides = [c for c in cells if c.metadata["slideshow"]["slide_type"] == "slide"]
+    page.goto(f"{server.url}/rise/{name}?token={server.token}", timeout=120_000)
+    page.wait_for_selector(".reveal .slides > section", timeout=120_000)
+    page.wait_for_function(f"""() => document.querySelectorAll('.reveal .slides > section').length
+                               >= {len(slides)}""", timeout=60_000)
+    assert page.locator(".reveal .slides > section").count() == len(slides)
+    present = page.locator(".reveal .slides > section.present")
+    assert "Visualizing the hardware choice" in present.inner_text()
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("""() => {
+        const s = document.querySelector('.reveal .slides > section.present');
+        return s && /The guide's flow/.test(s.innerText);
+    }""", timeout=30_000)
+    shot(page, "04_rise-2-second-slide")
