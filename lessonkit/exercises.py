@@ -341,7 +341,7 @@ def _compare(value: float, expected: float, question: dict[str, Any]) -> tuple[b
 _OTHER_EXAMPLES = {"GB": "'42.5 GB' or 42.5 (GB)", "s": "'2.5 s' or 2.5 (seconds)",
                    "h": "'3 h' or 3 (hours)", "$": "'$7.25' or 7.25", "$/h": "'$3.10/h' or 3.1",
                    "x": "'7x' or 7", "B/param": "'9 B/param' or 9", "params": "'2.1M' or 2.1e6",
-                   "GPUs": "5", "GiB": "'11.5 GiB' or 11.5", "": "42"}
+                   "GPUs": "5", "GiB": "'11.5 GiB' or 11.5", "": "7"}
 
 
 def _safe_example(unit: str, expected: float, question: dict[str, Any]) -> str:
@@ -576,7 +576,8 @@ _MENTIONED = "your answer mentions this"
 _NOT_MENTIONED = "not mentioned"
 # A negation shortly before a key word in the same clause ("gradients are not stored", "no
 # optimizer states") is not a mention of that point.
-_NEGATION = re.compile(r"\b(?:not|no|never|without|nor|neither|none|cannot)\b|n't\b")
+_NEGATION = re.compile(r"\b(?:not(?!\s+(?:only|just)\b)|no|never|without|nor|neither|none|"
+                       r"cannot)\b|n't\b")
 _CLAUSE_END = re.compile(r"[.;:!?]|\b(?:but|because|although|though|while|whereas)\b")
 
 

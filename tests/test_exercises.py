@@ -566,6 +566,13 @@ def test_negated_mentions_are_not_key_points(qid, answer, point):
     assert key_points_found(qid, answer)[0] == 0
 
 
+def test_not_only_is_not_a_negation():
+    answer = ("Not only the weights: the gradients need as much memory again, so the model alone "
+              "says little about the peak.")
+    details = check("06.5", answer, show=False).details
+    assert details[0].endswith("(your answer mentions this)"), details
+
+
 def test_reflections_are_a_checklist_without_ticks():
     answer = ("Gradients need as much memory as the weights, AdamW keeps two states per parameter, "
               "activations grow with batch size, the CUDA context takes memory; use QLoRA.")
