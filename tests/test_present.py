@@ -56,6 +56,9 @@ def test_slides_follow_the_headings(path):
         if cell.cell_type == "code" and present.EXPLORER_CALL.search(cell.source):
             assert kind != "skip"  # an explorer is shown on its slide
     assert types.count("slide") >= 3
+    first_section = next(i for i, c in enumerate(cells) if i and c.cell_type == "markdown"
+                         and c.source.startswith("## ") and not c.source.startswith("## Settings"))
+    assert set(types[1:first_section]) == {"skip"}  # install, settings, imports: set-up
 
 
 def test_mark_finds_a_notebook_out_of_step_and_is_idempotent(tmp_path):

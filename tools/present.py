@@ -8,7 +8,8 @@
 
 Slides: every notebook carries ``slideshow.slide_type`` cell metadata, set by ``mark`` from the
 notebook's headings (its title and each ``##`` section start a slide, ``###`` a sub-slide; the
-install, settings and import cells are skipped; the rest joins the slide above). ``mark`` is
+set-up cells between the title and the first section are skipped; the rest joins the slide
+above). ``mark`` is
 idempotent: run it after editing or merging notebooks (a test fails when they are out of step).
 ``slides`` runs the notebook and builds reveal.js slides with ``jupyter nbconvert --to slides``,
 charts and explorer pictures included; in JupyterLab the same metadata drives jupyterlab-rise
@@ -36,7 +37,6 @@ NOTEBOOKS = ROOT / "notebooks"
 SLIDES = ROOT / "artifacts" / "slides"
 DASHBOARDS = ROOT / "artifacts" / "presenter"
 EXPLORER_CALL = re.compile(r"^\s*\w+_explorer\(", re.M)
-IMPORT_LINE = re.compile(r"^\s*(?:import |from \S+ import |%matplotlib |#|$)")
 
 
 class PresentError(Exception):
@@ -54,22 +54,26 @@ def find_notebook(number: str, folder: Path = NOTEBOOKS) -> Path:
                        f"{', '.join(p.name[:2] for p in names)} ({', '.join(p.stem for p in names)}).")
 
 
-def _is_setup(cell: nbformat.NotebookNode) -> bool:
-    """Install, parameters and import cells: needed to run, not worth a look on a slide."""
-    source = cell.source
-    if cell.cell_type == "markdown":
-        return source.strip() == "## Settings"
-    return ("pip install" in source or "parameters" in cell.metadata.get("tags", [])
-            or all(IMPORT_LINE.match(line) for line in source.splitlines()))
+def _first_line(cell: nbformat.NotebookNode) -> str:
+    return cell.source.lstrip().splitlines()[0] if cell.source.strip() else ""
 
 
-def slide_type(cell: nbformat.NotebookNode, index: int) -> str:
+def setup_cells(cells: list) -> set[int]:
+    """Indices of the set-up cells: after the title, before the first section that is not
+    "## Settings" (install, settings, parameters, imports), plus any later install cell."""
+    first = next((i for i, c in enumerate(cells) if i and c.cell_type == "markdown"
+                  and _first_line(c).startswith("## ") and _first_line(c) != "## Settings"),
+                 len(cells))
+    return set(range(1, first)) | {i for i, c in enumerate(cells) if "pip install" in c.source}
+
+
+def slide_type(cell: nbformat.NotebookNode, index: int, setup: set[int] = frozenset()) -> str:
     """The slide type the rules give a cell (see the module docstring)."""
     if index == 0:
         return "slide"
-    if _is_setup(cell):
+    if index in setup:
         return "skip"
-    first = cell.source.lstrip().splitlines()[0] if cell.source.strip() else ""
+    first = _first_line(cell)
     if cell.cell_type == "markdown" and first.startswith("## "):
         return "slide"
     if cell.cell_type == "markdown" and first.startswith("### "):
@@ -80,8 +84,9 @@ def slide_type(cell: nbformat.NotebookNode, index: int) -> str:
 def marked(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """A copy of ``nb`` whose cells carry the slide types of the rules."""
     nb = copy.deepcopy(nb)
+    setup = setup_cells(nb.cells)
     for index, cell in enumerate(nb.cells):
-        cell.metadata["slideshow"] = {"slide_type": slide_type(cell, index)}
+        cell.metadata["slideshow"] = {"slide_type": slide_type(cell, index, setup)}
     return nb
 
 
@@ -122,8 +127,8 @@ def dashboard(nb: nbformat.NotebookNode, title: str) -> nbformat.NotebookNode:
     if not explorers:
         raise PresentError(f"{title} has no explorers to put on a dashboard; notebooks with "
                            "explorers: 01, 02, 03 and 04.")
-    keep = [c for c in cells if c.cell_type == "code" and _is_setup(c)
-            and "pip install" not in c.source]
+    keep = [cells[i] for i in sorted(setup_cells(cells))
+            if cells[i].cell_type == "code" and "pip install" not in cells[i].source]
     out = [nbformat.v4.new_markdown_cell(f"# {title}: explorers")] + [copy.deepcopy(c) for c in keep]
     for i in explorers:
         heading = next((c for c in reversed(cells[:i]) if c.cell_type == "markdown"
