@@ -17,7 +17,7 @@ JUPYTER_ARGS ?=
 COLAB_VENV ?= .venv-colab
 COLAB_PY := $(COLAB_VENV)/bin/python
 
-.PHONY: course test test-fast colab-env oldest-env browser-deps gpu-check clean
+.PHONY: course test test-fast colab-env oldest-env browser-deps gpu-check clean slides voila
 
 $(VENV)/.installed-course: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,19 @@ $(OLDEST_VENV)/.installed: tests/platforms/profiles.py pyproject.toml
 	touch $@
 
 oldest-env: $(OLDEST_VENV)/.installed
+
+# Presenter mode (NB is a notebook number): reveal.js slides of a notebook, or a Voilà dashboard
+# of its explorers. `make slides NB=01` writes artifacts/slides/01_vram_equation.slides.html.
+NB ?= 01
+$(VENV)/.installed-present: $(VENV)/.installed-course
+	$(PY) -m pip install -q -e ".[course,measure,present]"
+	touch $@
+
+slides: $(VENV)/.installed-present
+	$(PY) tools/present.py slides $(NB)
+
+voila: $(VENV)/.installed-present
+	$(PY) tools/present.py voila $(NB)
 
 # Debian's Chromium for the browser tests (browser downloads are not used).
 browser-deps:

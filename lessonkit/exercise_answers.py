@@ -76,10 +76,6 @@ def _gpu(name: str) -> Any:
     return get_gpu(name)
 
 
-def _yes_no(flag: bool) -> str:
-    return "yes" if flag else "no"
-
-
 def _resolve_category(raw: str) -> str:
     from .report import CATEGORIES, LABELS
 
@@ -148,6 +144,22 @@ def _lora_params() -> float:
     return resolve_model("7B").lora_params(16, ("q_proj", "v_proj"))
 
 
+def _largest_batch(fits: Callable[[Any], bool], **settings: Any) -> int:
+    """The largest batch size from 1 to 64 whose estimate ``fits`` (0 when none does)."""
+    best = 0
+    for batch in range(1, 65):
+        if not fits(vram.estimate("7B", batch_size=batch, **settings)):
+            break
+        best = batch
+    return best
+
+
+@_expects("01.7")
+def _largest_batch_on_4090() -> int:
+    return _largest_batch(_gpu("RTX 4090").fits, method="lora", precision="bf16", seq_len=1024,
+                          gradient_checkpointing=True)
+
+
 @_expects("01.5")
 def _largest_category() -> str:
     breakdown = vram.estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown
@@ -165,8 +177,8 @@ def _full_7b_peak() -> float:
 
 
 @_expects("02.2")
-def _full_7b_fits_a100() -> str:
-    return _yes_no(_gpu("A100 80GB").fits(_full_7b()))
+def _full_7b_short_of_a100() -> float:
+    return (_full_7b().total_bytes - _gpu("A100 80GB").usable_bytes) / GiB
 
 
 @_expects("02.3")
@@ -187,6 +199,14 @@ def _smallest_matrix_gpu() -> set[str]:
     fitting = [g for g in list_gpus(in_guide=True) if g.fits(run)]
     least = min(g.usable_bytes for g in fitting)
     return {g.name for g in fitting if g.usable_bytes == least}
+
+
+@_expects("02.7")
+def _checkpointing_saves() -> float:
+    run = _lora_7b_batch4()
+    with_checkpointing = vram.estimate("7B", method="lora", precision="bf16", batch_size=4,
+                                       seq_len=1024, gradient_checkpointing=True)
+    return run.total_bytes - with_checkpointing.total_bytes
 
 
 @_expects("02.5")
@@ -240,8 +260,8 @@ def _sagemaker_over_lambda() -> float:
 
 
 @_expects("03.5")
-def _lora_batch4_fits_t4() -> str:
-    return _yes_no(_gpu("T4").fits(_lora_7b_batch4()))
+def _largest_qlora_batch_on_t4() -> int:
+    return _largest_batch(_gpu("T4").fits, method="qlora", precision="fp16-mixed", seq_len=512)
 
 
 def _fewest_a100s(method: str, precision: str) -> int:
@@ -279,6 +299,12 @@ def _gpus_under_half_a_dollar() -> set[str]:
                         seq_len=1024, gradient_checkpointing=True)
     return {g.name for g in list_gpus()
             if g.price_per_hour is not None and g.price_per_hour.typical <= 0.5 and g.fits(run)}
+
+
+@_expects("04.5")
+def _qlora_70b_headroom_on_a100() -> float:
+    run = vram.estimate("llama-2-70b", method="qlora", precision="bf16")
+    return (_gpu("A100 80GB").usable_bytes - run.total_bytes) / GiB
 
 
 def _vram_printed(total_memory: int) -> Callable[[str], str | None]:
@@ -323,8 +349,10 @@ def _t4_memory_not_offered() -> float:
 
 
 @_expects("05.3")
-def _t4_native_bf16() -> str:
-    return _yes_no(_gpu("T4").native_bf16)
+def _gpus_without_native_bf16() -> int:
+    from .gpus import list_gpus
+
+    return sum(not gpu.native_bf16 for gpu in list_gpus())
 
 
 @_expects("05.4")
@@ -333,8 +361,25 @@ def _p100_capability() -> float:
 
 
 @_expects("05.5")
-def _guide_success_right() -> str:
-    return _yes_no(_lora_7b_batch4().total_bytes <= 16 * GiB)
+def _lora_batch4_over_16_gib() -> float:
+    return (_lora_7b_batch4().total_bytes - 16 * GiB) / GiB
+
+
+def _largest_preset(gpu_name: str, precision: str) -> set[str]:
+    """The presets with the most parameters whose QLoRA run (all-linear adapters) fits the GPU."""
+    from .models import get_preset, preset_names
+
+    gpu = _gpu(gpu_name)
+    fitting = [get_preset(n) for n in preset_names()
+               if gpu.fits(vram.estimate(n, method="qlora", precision=precision,
+                                         lora_targets="all-linear"))]
+    most = max(spec.n_params for spec in fitting)
+    return {spec.name for spec in fitting if spec.n_params == most}
+
+
+@_expects("05.6")
+def _largest_qlora_preset_on_t4() -> set[str]:
+    return _largest_preset("T4", "fp16-mixed")
 
 
 @_expects("06.1")
@@ -364,11 +409,11 @@ def _fourteen_gb_model() -> dict[str, float]:
 
 @_expects("06.6")
 def _largest_qlora_preset() -> set[str]:
-    from .models import get_preset, preset_names
+    return _largest_preset("RTX 4090", "bf16")
 
-    gpu = _gpu("RTX 4090")
-    fitting = [get_preset(n) for n in preset_names()
-               if gpu.fits(vram.estimate(n, method="qlora", precision="bf16",
-                                         lora_targets="all-linear"))]
-    most = max(spec.n_params for spec in fitting)
-    return {spec.name for spec in fitting if spec.n_params == most}
+
+@_expects("06.7")
+def _peak_over_weights() -> float:
+    report = vram.estimate("7B", method="full", precision="bf16", optimizer="adamw",
+                           batch_size=1, seq_len=512)
+    return report.total_bytes / report.breakdown["weights"]

@@ -358,6 +358,12 @@ def _tolerance(question: dict[str, Any]) -> tuple[float, float, str]:
     return rel, absolute, text
 
 
+# Unit diagnoses ("by the GiB/GB factor", "by about 10^3") only where a unit can be mixed up:
+# ratios ("x"), counts and bytes per parameter get none.
+_BYTE_UNITS = ("GB", "GiB")
+_DIAGNOSED_UNITS = ("GB", "GiB", "s", "h")
+
+
 def _compare(value: float, expected: float, question: dict[str, Any]) -> tuple[bool, str]:
     """(within tolerance, a teaching remark when not)."""
     rel, absolute, _ = _tolerance(question)
@@ -369,12 +375,37 @@ def _compare(value: float, expected: float, question: dict[str, Any]) -> tuple[b
         for mistake in question.get("mistakes", []):
             if abs(ratio / mistake["ratio"] - 1) <= max(rel, 0.02):
                 return False, f"{remark}. {mistake['hint']}"
-        if abs(ratio - GiB / GB) < 0.01 or abs(ratio - GB / GiB) < 0.01:
+        unit = question.get("unit", "")
+        if unit in _BYTE_UNITS and (abs(ratio - GiB / GB) < 0.01 or abs(ratio - GB / GiB) < 0.01):
             return False, f"{remark}: by exactly the GiB/GB factor. Check GB (10^9) against GiB (2^30)."
         exponent = math.log10(abs(ratio))
-        if abs(exponent) >= 2.5 and abs(exponent - round(exponent)) < 0.05:
+        if unit in _DIAGNOSED_UNITS and abs(exponent) >= 2.5 and abs(exponent - round(exponent)) < 0.05:
             return False, f"{remark} by a factor of about 10^{round(exponent)}: check your units."
     return False, remark + "."
+
+
+# Other examples for each unit, used where the usual example is (close to) the answer.
+_OTHER_EXAMPLES = {"GB": "'42.5 GB' or 42.5 (GB)", "s": "'2.5 s' or 2.5 (seconds)",
+                   "h": "'3 h' or 3 (hours)", "$": "'$7.25' or 7.25", "$/h": "'$3.10/h' or 3.1",
+                   "x": "'7x' or 7", "B/param": "'9 B/param' or 9", "params": "'2.1M' or 2.1e6",
+                   "GPUs": "5", "GiB": "'11.5 GiB' or 11.5", "": "7"}
+
+
+def _safe_example(unit: str, expected: float, question: dict[str, Any]) -> str:
+    """An example answer for this unit that is not near the expected answer."""
+    for example in (_EXAMPLES.get(unit, "42"), _OTHER_EXAMPLES.get(unit, "7"), "0.25"):
+        value = _read_number(example.split(" or ")[-1].split(" (")[0], unit)
+        if not _compare(value, expected, question)[0] and not math.isclose(
+                value, expected, rel_tol=0.25):
+            return example
+    return "a number with its unit"
+
+
+def _hide_answer(message: str, unit: str, expected: float, question: dict[str, Any]) -> str:
+    """Feedback on unreadable input, with its example swapped when that example is the answer."""
+    usual = _EXAMPLES.get(unit, "42")
+    safe = _safe_example(unit, expected, question)
+    return message.replace(usual, safe) if safe != usual else message
 
 
 def _check_number(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
@@ -385,7 +416,8 @@ def _check_number(qid: str, question: dict[str, Any], answer: object) -> CheckRe
     except _Unreadable as err:
         span = _read_range(answer, unit)
         if span is None:
-            return CheckResult(qid, title, "not yet", str(err), tolerance=tolerance)
+            message = _hide_answer(str(err), unit, float(_EXPECTED[qid]()), question)
+            return CheckResult(qid, title, "not yet", message, tolerance=tolerance)
         return _check_range(qid, question, span)
     expected = float(_EXPECTED[qid]())
     ok, remark = _compare(value, expected, question)
@@ -494,7 +526,7 @@ def _check_table(qid: str, question: dict[str, Any], answer: object) -> CheckRes
         try:
             value = _read_number(given[row], unit)
         except _Unreadable as err:
-            details.append(f"{row}: {err}")
+            details.append(f"{row}: {_hide_answer(str(err), unit, float(exp), question)}")
             continue
         ok, remark = _compare(value, float(exp), question)
         right += ok
@@ -596,20 +628,41 @@ def _check_text(qid: str, question: dict[str, Any], answer: object) -> CheckResu
     text = answer.lower()
     details, found = [], 0
     for point in question["key_points"]:
-        hit = any(re.search(pattern, text) for pattern in point["patterns"])
+        hit = any(_affirmed(pattern, text) for pattern in point["patterns"])
         found += hit
-        details.append(("✔ " if hit else "☐ ") + point["point"])
+        details.append(f"☐ {point['point']} ({_MENTIONED if hit else _NOT_MENTIONED})")
     return CheckResult(
         qid, title, "self-check",
-        f"Self-check, not a grade: your answer seems to touch {found} of {len(details)} key points. "
-        "Compare it with each point below; the solution notebook explains them.",
+        f"Self-check, not a grade: judge your answer against each key point below. Its words "
+        f"touch {found} of {len(details)} of them; a word is not yet an explanation, so tick a "
+        "point only where your answer explains it.",
         details=details)
+
+
+_MENTIONED = "your answer mentions this"
+_NOT_MENTIONED = "not mentioned"
+# A negation shortly before a key word in the same clause ("gradients are not stored", "no
+# optimizer states") is not a mention of that point.
+_NEGATION = re.compile(r"\b(?:not(?!\s+(?:only|just)\b)|no|never|without|nor|neither|none|"
+                       r"cannot)\b|n't\b")
+_CLAUSE_END = re.compile(r"[.;:!?]|\b(?:but|because|although|though|while|whereas)\b")
+
+
+def _affirmed(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` occurs in ``text`` at least once without a negation in its clause."""
+    for match in re.finditer(pattern, text):
+        start = max((m.end() for m in _CLAUSE_END.finditer(text, 0, match.start())), default=0)
+        end_match = _CLAUSE_END.search(text, match.end())
+        clause = text[start:end_match.start() if end_match else len(text)]
+        if not _NEGATION.search(clause):
+            return True
+    return False
 
 
 def key_points_found(question_id: str, answer: str) -> tuple[int, int]:
     """(key points an answer mentions, key points) for a free-text question."""
     result = check(question_id, answer, show=False)
-    return sum(d.startswith("✔") for d in result.details), len(result.details)
+    return sum(d.endswith(f"({_MENTIONED})") for d in result.details), len(result.details)
 
 
 def _check_function(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
@@ -634,6 +687,10 @@ def _check_function(qid: str, question: dict[str, Any], answer: object) -> Check
             details.append(f"✘ {label}: {short_str(err)}")
             continue
         except Exception as err:  # the student's code failed: that is the feedback
+            if _keeps_placeholder(answer):
+                return CheckResult(qid, title, "not answered",
+                                   "Not answered yet: replace the `answer = ...` line in your "
+                                   "function with your code.")
             details.append(f"✘ {label}: raised {describe_error(err)}")
             continue
         problem = verify(printed)
@@ -644,6 +701,12 @@ def _check_function(qid: str, question: dict[str, Any], answer: object) -> Check
                            details=details)
     return CheckResult(qid, title, "not yet", f"Not yet: {passed} of {len(cases)} cases pass.",
                        details=details)
+
+
+def _keeps_placeholder(function: Any) -> bool:
+    """Whether a function still holds the exercise's placeholder line ``answer = ...``."""
+    code = function.__code__
+    return "answer" in code.co_varnames and any(c is ... for c in code.co_consts)
 
 
 _CHECKERS: dict[str, Callable[[str, dict[str, Any], object], CheckResult]] = {

@@ -12,7 +12,9 @@ does), so the page neither flickers nor jumps. ipympl is not used (it does not w
 An explorer given ``static_key`` and ``live`` repaints only its live artists over a saved
 picture of the rest while the key stays the same (same pixels as a full draw;
 ``benchmarks/redraw.py`` times it). A control that moves another (``link``) redraws once.
-A callback never raises: a failing update is shown as a message in the readout.
+A callback never raises: a failing update is shown as a message in the readout. A Reset button
+(``.reset()``) puts every control back where the explorer started, with one redraw, so a live
+demonstration can start again from the notebook's settings.
 
 Where no widget frontend exists: displaying an explorer puts a PNG of its current chart in the
 same output as the widget view. JupyterLab, Colab, Kaggle and VS Code show the live widget;
@@ -85,7 +87,13 @@ def explorer_class() -> Any:
             self._background_key: Any = None
             boxes = [W.HBox([controls[n] for n in row if n in controls])
                      for row in layout_rows]
-            super().__init__([*boxes, self.readout, self.output])
+            self.initial = {name: control.value for name, control in controls.items()}
+            self.reset_button = W.Button(description="Reset", icon="undo",
+                                         tooltip="Put every control back where it started",
+                                         layout=W.Layout(width="auto"))
+            self.reset_button.add_class("lessonkit-button-reset")
+            self.reset_button.on_click(lambda _button: self.reset())
+            super().__init__([*boxes, W.HBox([self.reset_button]), self.readout, self.output])
             self.add_class("lessonkit-explorer")
             self.add_class(f"lessonkit-{kind}-explorer")
             for control in controls.values():
@@ -106,6 +114,20 @@ def explorer_class() -> Any:
                     return
                 finally:
                     self._linking = False
+            self.redraw()
+
+        def reset(self) -> None:
+            """Put every control back to its starting value and redraw once; never raises."""
+            self._linking = True  # no link and no redraw while the values are put back
+            try:
+                for name, value in self.initial.items():
+                    self.controls[name].value = value
+            except Exception as exc:  # shown, never raised
+                self.error = exc
+                self.readout.value = _error_html(exc)
+                return
+            finally:
+                self._linking = False
             self.redraw()
 
         def redraw(self) -> None:

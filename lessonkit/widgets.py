@@ -15,7 +15,8 @@ CSS classes, for browser tests and styling:
   - every explorer: ``lessonkit-explorer`` plus ``lessonkit-vram-explorer``,
     ``lessonkit-gpu-matrix-explorer``, ``lessonkit-environment-explorer`` or
     ``lessonkit-decision-flow-explorer``;
-  - the text readout: ``lessonkit-readout``; the chart's Output: ``lessonkit-chart``;
+  - the text readout: ``lessonkit-readout``; the chart's Output: ``lessonkit-chart``; the
+    button that puts every control back where it started: ``lessonkit-button-reset``;
   - each control: ``lessonkit-<kind>-<name>``, kind being slider, dropdown, toggle or checkbox:
     ``lessonkit-dropdown-model``, ``lessonkit-toggle-method``, ``lessonkit-dropdown-precision``,
     ``lessonkit-dropdown-optimizer``, ``lessonkit-slider-batch``, ``lessonkit-slider-seq``,

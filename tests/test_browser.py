@@ -206,3 +206,69 @@ def test_an_exercise_notebook_opens_from_the_file_browser(page: object, server: 
 
     assert statuses == ["not answered"] * len(question_ids(EXERCISE[:-6])), statuses
     shot(page, "exercise-01-from-the-file-browser")
+
+
+# ----- presenter mode -----------------------------------------------------------------------
+def test_voila_dashboard_explorer_moves_and_resets(browser: object, tmp_path: Path) -> None:
+    """The documented presenter command's dashboard: served by Voilà, a slider moved, then Reset."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("present", ROOT / "tools" / "present.py")
+    present = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(present)
+    dashboard = present.write_dashboard(present.find_notebook("01"), tmp_path / "presenter")
+    with lab.voila_server(dashboard, tmp_path) as url:
+        page = browser.new_page(viewport=VIEWPORT)
+        try:
+            page.goto(url, timeout=120_000)
+            explorer = page.locator(".lessonkit-vram-explorer")
+            explorer.wait_for(state="visible", timeout=120_000)
+            page.wait_for_function("""node => {
+                const img = node.querySelector('.lessonkit-chart img');
+                return img && img.getAttribute('src');
+            }""", arg=explorer.element_handle(), timeout=60_000)
+            first = state(explorer)
+            assert "Peak per GPU" in first[0] and first[1].startswith("data:image/png")
+            assert "vram_explorer(" not in page.inner_text("body")  # code stays hidden
+            shot(page, "voila_01-1-start", explorer)
+
+            explorer.locator(".lessonkit-toggle-method").get_by_role(
+                "button", name="lora", exact=True).click()
+            lora = wait_for_change(page, explorer, first)
+            handle = explorer.locator(".lessonkit-slider-batch .noUi-handle")
+            handle.focus()
+            page.keyboard.press("ArrowRight")
+            moved = wait_for_change(page, explorer, lora)
+            assert explorer.locator(".lessonkit-slider-batch .widget-readout").inner_text().strip() == "2"
+            shot(page, "voila_01-2-lora-batch-2", explorer)
+
+            explorer.locator(".lessonkit-button-reset").click()
+            reset = wait_for_change(page, explorer, moved)
+            assert reset[0] == first[0]  # back to the notebook's settings
+            assert explorer.locator(".lessonkit-slider-batch .widget-readout").inner_text().strip() == "1"
+            assert explorer.locator(".lessonkit-toggle-method button.mod-active").inner_text() == "full"
+            shot(page, "voila_01-3-reset", explorer)
+        finally:
+            page.close()
+
+
+def test_jupyterlab_rise_shows_the_notebook_as_slides(page: object, server: lab.LabServer) -> None:
+    """jupyterlab-rise renders a notebook as reveal.js slides from its slide metadata."""
+    import nbformat
+
+    name = NOTEBOOKS[1]
+    cells = nbformat.read(server.root / name, as_version=4).cells
+    slides = [c for c in cells if c.metadata["slideshow"]["slide_type"] == "slide"]
+    page.goto(f"{server.url}/rise/{name}?token={server.token}", timeout=120_000)
+    page.wait_for_selector(".reveal .slides > section", timeout=120_000)
+    page.wait_for_function(f"""() => document.querySelectorAll('.reveal .slides > section').length
+                               >= {len(slides)}""", timeout=60_000)
+    assert page.locator(".reveal .slides > section").count() == len(slides)
+    present = page.locator(".reveal .slides > section.present")
+    assert "Visualizing the hardware choice" in present.inner_text()
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("""() => {
+        const s = document.querySelector('.reveal .slides > section.present');
+        return s && /The guide's flow/.test(s.innerText);
+    }""", timeout=30_000)
+    shot(page, "04_rise-2-second-slide")

@@ -225,8 +225,8 @@ def test_records_stand_for_their_names_and_reports_get_a_pointer():
 
 
 def test_unknown_option_names_get_close_matches():
-    result = check("05.3", "nope", show=False)
-    assert result.status == "not yet" and "Did you mean 'no'" in result.message
+    result = check("02.3", ["8bit adamw", "checkpointng"], show=False)
+    assert result.status == "not yet" and "Did you mean 'gradient checkpointing'" in result.message
     gpu = check("02.4", "rtx a600", show=False)
     assert gpu.status == "not yet" and "RTX A6000" in gpu.message
 
@@ -409,24 +409,24 @@ def test_unknown_question_ids_list_the_ids():
 
 # ----- showing the result -------------------------------------------------------------------
 def test_plain_python_prints_text_and_returns_the_result(capsys):
-    result = check("05.3", "no")
+    result = check("01.5", "optimizer")
     printed = capsys.readouterr().out
     assert isinstance(result, CheckResult) and result.correct is True
-    assert printed.startswith("05.3 ") and "CORRECT" in printed
-    assert repr(result) == "<CheckResult 05.3: correct>"
-    check("05.3", "yes", show=False)
+    assert printed.startswith("01.5 ") and "CORRECT" in printed
+    assert repr(result) == "<CheckResult 01.5: correct>"
+    check("01.5", "weights", show=False)
     assert capsys.readouterr().out == ""
 
 
 def test_html_carries_the_status_and_escapes_the_answer():
-    result = check("05.3", "<script>", show=False)
+    result = check("01.5", "<script>", show=False)
     html = result._repr_html_()
-    assert "data-question='05.3'" in html and "data-status='not yet'" in html
+    assert "data-question='01.5'" in html and "data-status='not yet'" in html
     assert "<script>" not in html
 
 
 def test_importing_exercises_does_not_import_torch():
-    code = ("import sys, lessonkit.exercises as e; e.check('05.3', 'no', show=False); "
+    code = ("import sys, lessonkit.exercises as e; e.check('01.5', 'weights', show=False); "
             "assert not {'torch', 'transformers', 'matplotlib'} & set(sys.modules), sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -497,3 +497,136 @@ def test_a_range_is_read_as_a_range_and_the_guides_range_is_named():
     assert status("01.3", narrow) == "correct"
     other = check("02.1", "1-2 GB", show=False)  # no guide figure: just where lessonkit's lies
     assert other.status == "not yet" and "above" in other.message and "guide" not in other.message
+
+
+# ----- questions that make students think ---------------------------------------------------
+def _numbers_in(text: str) -> list[float]:
+    return [float(n.replace(",", "")) for n in re.findall(r"\d[\d,]*\.?\d*(?:e[-+]?\d+)?", text)]
+
+
+def _gives_away(message: str, qid: str) -> bool:
+    """Whether any number in ``message``, read in the question's unit, is the expected answer."""
+    from lessonkit.exercises import _compare, _read_number
+
+    question = bank()[qid]
+    expected = float(answer_key(qid))
+    for number in _numbers_in(message):
+        try:
+            value = _read_number(number, question.get("unit", ""))
+        except Exception:  # a number too large to read is no answer
+            continue
+        if _compare(value, expected, question)[0] or math.isclose(value, expected, rel_tol=0.02):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("qid", ids_of("number"))
+@pytest.mark.parametrize("junk", ["abc", "0.0123 parsecs", [1, 2], {"a": 1}, True, "1e999"])
+def test_junk_input_never_gives_the_answer_away(qid, junk):
+    result = check(qid, junk, show=False)
+    assert result.status == "not yet"
+    assert not _gives_away(result.message, qid), result.message
+    assert not _gives_away(result.hint, qid), result.hint
+
+
+@pytest.mark.parametrize("qid", ["01.1", "01.2", "01.3", "01.4"])
+def test_the_issues_junk_examples_no_longer_show_the_answer(qid):
+    from lessonkit.exercises import _EXAMPLES
+
+    message = check(qid, "abc", show=False).message
+    assert "such as" in message  # still an example of the form wanted
+    assert _EXAMPLES[bank()[qid]["unit"]] not in message  # the usual one is this answer
+
+
+@pytest.mark.parametrize("qid", [q for q in ids_of("number")
+                                 if bank()[q].get("unit", "") not in ("GB", "GiB", "s", "h")])
+def test_ratio_and_count_questions_get_no_unit_diagnosis(qid):
+    expected = float(answer_key(qid))
+    for factor in (GiB / GB, GB / GiB, 1000, 1e-3, 1e6):
+        result = check(qid, expected * factor, show=False)
+        assert result.status == "not yet"
+        text = str(result)
+        assert "GiB/GB" not in text and "10^" not in text and "check your units" not in text, text
+
+
+def test_the_gib_gb_diagnosis_stays_for_memory_questions():
+    result = check("05.2", float(answer_key("05.2")) * GiB / GB, show=False)
+    assert "GiB/GB factor" in result.message
+
+
+@pytest.mark.parametrize("qid, answer, point", [
+    ("06.5", "It does not crash because gradients are not stored and nothing else is needed.", 0),
+    ("01.6", "No gradients are kept, and there is no optimizer state either, only weights here.", 0),
+    ("06.3", "System RAM is not slower and the bandwidth does not matter for training at all.", 0),
+])
+def test_negated_mentions_are_not_key_points(qid, answer, point):
+    result = check(qid, answer, show=False)
+    assert result.status == "self-check" and result.correct is None
+    assert "your answer mentions this" not in result.details[point], result.details
+    assert key_points_found(qid, answer)[0] == 0
+
+
+def test_not_only_is_not_a_negation():
+    answer = ("Not only the weights: the gradients need as much memory again, so the model alone "
+              "says little about the peak.")
+    details = check("06.5", answer, show=False).details
+    assert details[0].endswith("(your answer mentions this)"), details
+
+
+def test_reflections_are_a_checklist_without_ticks():
+    answer = ("Gradients need as much memory as the weights, AdamW keeps two states per parameter, "
+              "activations grow with batch size, the CUDA context takes memory; use QLoRA.")
+    result = check("06.5", answer, show=False)
+    assert key_points_found("06.5", answer) == (5, 5)
+    assert all(d.startswith("☐ ") for d in result.details)  # the student ticks, not the check
+    assert "✔" not in str(result) and "correct" not in result.message.lower()
+    assert "judge your answer" in result.message
+
+
+def test_no_question_is_a_yes_or_no_guess():
+    for qid, question in bank().items():
+        names = {o if isinstance(o, str) else o["name"] for o in question.get("options", [])}
+        assert not names or len(names) > 2, qid
+
+
+def test_every_section_has_an_apply_or_analyse_question_beyond_a_pick():
+    for section in SECTIONS:
+        thinking = [q for q in question_ids(section)
+                    if bank()[q]["level"] in ("apply", "analyse") and bank()[q]["kind"] != "choice"]
+        assert thinking, section
+    assert {q["level"] for q in bank().values()} <= {"remember", "understand", "apply", "analyse",
+                                                     "evaluate"}
+
+
+def test_the_cheapest_place_question_says_that_free_tiers_count():
+    import json as _json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    cells = _json.loads((root / "solutions" / "03_choosing_your_environment.ipynb").read_text())["cells"]
+    text = "".join(next(c for c in cells if c["id"] == "q03-1")["source"])
+    assert "that you rent" not in text and "free tiers count" in text
+    from lessonkit import get_environment
+
+    assert all(get_environment(name).tier == 1 for name in answer_key("03.1"))  # a free tier wins
+
+
+def test_the_exercise_placeholder_in_a_function_is_not_answered():
+    namespace: dict = {}
+    exec("import torch\ndef f():\n    answer = ...  # your answer here\n    print(f'{vram_total} GB')\n",
+         namespace)
+    result = check("05.1", namespace["f"], show=False)
+    assert result.status == "not answered" and "answer = ..." in result.message
+
+
+def test_autograde_is_silent_for_students_and_strict_under_nbgrader(monkeypatch, capsys):
+    from lessonkit.grading import autograde
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    assert autograde("01.5", "weights") is None and autograde("01.5", ...) is None
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    autograde("01.5", "optimizer")
+    for answer in ("weights", ..., "abc", None):
+        with pytest.raises(AssertionError, match="01.5 is (not yet|not answered)"):
+            autograde("01.5", answer)

@@ -515,3 +515,50 @@ def test_importing_widgets_is_cheap():
             "print(any(m in sys.modules for m in ('ipywidgets', 'matplotlib', 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _moved(explorer) -> None:
+    """Move every control of an explorer away from where it started."""
+    for name, widget in explorer.controls.items():
+        options = [v for _, v in widget.options] if hasattr(widget, "options") and widget.options \
+            and isinstance(widget.options[0], tuple) else list(getattr(widget, "options", []))
+        if options:
+            widget.value = next(v for v in reversed(options) if v != widget.value)
+        elif isinstance(widget.value, bool):
+            widget.value = not widget.value
+        else:
+            widget.value = widget.max if widget.value != widget.max else widget.min
+
+
+@pytest.mark.parametrize("make", [widgets.vram_explorer, widgets.gpu_matrix_explorer,
+                                  widgets.environment_explorer, widgets.decision_flow_explorer])
+def test_reset_puts_every_control_back_with_one_redraw(make):
+    explorer = make()
+    start = ({k: w.value for k, w in explorer.controls.items()}, explorer.readout.value,
+             explorer.png())
+    assert "lessonkit-button-reset" in explorer.reset_button._dom_classes
+    assert any(explorer.reset_button in getattr(box, 'children', ()) for box in explorer.children)
+    _moved(explorer)
+    assert explorer.readout.value != start[1]
+    assert {k: w.value for k, w in explorer.controls.items()} != start[0]
+    redraws = []
+    original = explorer.redraw
+    explorer.redraw = lambda: (redraws.append(1), original())
+    explorer.reset_button.click()
+    assert len(redraws) == 1
+    assert {k: w.value for k, w in explorer.controls.items()} == start[0]
+    assert explorer.readout.value == start[1] and explorer.png() == start[2]
+    assert explorer.error is None
+    # Control states that follow others (greyed-out rank, budget) are back too.
+    if "lora_rank" in explorer.controls:
+        assert explorer.controls["lora_rank"].disabled == (start[0]["method"] == "full")
+
+
+def test_reset_starts_from_the_notebooks_settings_not_the_defaults():
+    explorer = widgets.vram_explorer("13B", method="qlora", batch_size=8)
+    explorer.controls["batch_size"].value = 1
+    explorer.controls["method"].value = "full"  # moves precision too
+    explorer.reset()
+    values = {k: w.value for k, w in explorer.controls.items()}
+    assert values["model"] == "13B" and values["method"] == "qlora" and values["batch_size"] == 8
+    assert values["precision"] == usual_precision("qlora")

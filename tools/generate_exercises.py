@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
 """Write exercises/NN.ipynb from solutions/NN.ipynb: the solutions are the source.
 
-Each region between nbgrader's ``### BEGIN SOLUTION`` and ``### END SOLUTION`` lines becomes a
-placeholder (so instructors who use nbgrader can use the same files):
+The solutions carry nbgrader cell metadata (answer cells are solution cells, each checked question
+is followed by a locked autograded test cell, written explanations are manually graded answers),
+and this generator does what ``nbgrader generate_assignment`` does with the kit's
+``nbgrader_config.py``, so that the exercises are the notebooks nbgrader releases:
 
-* in code at the top level, each name the region assigns and later code uses becomes
-  ``name = ...  # your answer here``, so the following ``check(...)`` reports "not answered yet";
-* in code inside a block (a function body), ``raise NotImplementedError("your code here")``;
-* in markdown, a "Your answer here" prompt.
+* each line holding the begin marker up to the line holding the end marker becomes the code stub
+  ``answer = ...  # your answer here`` (indented like the marker line), or in markdown the text
+  stub ``_Your answer here._``; a solution cell without markers becomes the stub whole;
+* solution cells become undeletable, test (grade) cells undeletable and uneditable;
+* a marker outside a cell with ``nbgrader.solution`` metadata, unbalanced markers and grade ids
+  outside ``[A-Za-z0-9_-]`` are errors, as they are for nbgrader.
 
-Cells tagged ``solution-only`` are left out of the exercise. Outputs, execution counts and
-widget state are stripped from both, and both are written with stable formatting, so that
+Beyond nbgrader: cells tagged ``solution-only`` are left out (the kit's nbgrader config drops them
+too), links to ``solutions/NN.ipynb`` point to ``exercises/NN.ipynb``, and a first cell says where
+the notebook comes from. Outputs, execution counts and widget state are stripped from both, and
+both are written with stable formatting, so that
 
     python tools/generate_exercises.py --check
 
@@ -20,22 +26,25 @@ exits 1 with a summary of the differences when the committed files are not what 
 from __future__ import annotations
 
 import argparse
-import ast
 import copy
 import difflib
 import json
 import re
 import sys
-import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BEGIN = re.compile(r"^(\s*)### BEGIN SOLUTION\s*$")
-END = re.compile(r"^\s*### END SOLUTION\s*$")
-MARKDOWN_PROMPT = "_Your answer here._"
+# nbgrader's delimiters (ClearSolutions.begin/end_solution_delimeter): matched anywhere in a line.
+BEGIN_MARK = "BEGIN " + "SOLUTION"
+END_MARK = "END " + "SOLUTION"
+# The stubs; nbgrader_config.py sets ClearSolutions.code_stub and text_stub to the same.
+CODE_STUB = "answer = ...  # your answer here"
+TEXT_STUB = "_Your answer here._"
+MARKDOWN_PROMPT = TEXT_STUB
 SOLUTION_ONLY_TAG = "solution-only"
-KEPT_CELL_METADATA = ("tags",)
+KEPT_CELL_METADATA = ("tags", "nbgrader", "deletable", "editable")
 KEPT_NOTEBOOK_METADATA = ("kernelspec", "language_info", "colab", "kaggle")
+GRADE_ID = re.compile(r"^[a-zA-Z0-9_\-]*$")
 
 
 class GeneratorError(Exception):
@@ -76,112 +85,77 @@ def clean_notebook(notebook: dict) -> dict:
     return nb
 
 
-def _assigned_names(region: str) -> list[str]:
-    """Names a region assigns at its top level, in order."""
-    try:
-        tree = ast.parse(textwrap.dedent(region))
-    except SyntaxError:
-        return []
-    names: list[str] = []
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else (
-            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
-        for target in targets:
-            for sub in ast.walk(target):
-                if isinstance(sub, ast.Name) and sub.id not in names:
-                    names.append(sub.id)
-    return names
+def _nbgrader(cell: dict) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
 
 
-def _assigns_text(region: str, name: str) -> bool:
-    """True when the region assigns a string literal to ``name`` (a free-text answer)."""
-    try:
-        tree = ast.parse(textwrap.dedent(region))
-    except SyntaxError:
-        return False
-    return any(isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-               and isinstance(node.value.value, str)
-               and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
-               for node in tree.body)
-
-
-def _without_regions(text: str) -> str:
-    """Code with its solution regions and IPython magics (%pip, !ls) removed."""
-    kept, inside = [], False
-    for line in text.splitlines(keepends=True):
-        if BEGIN.match(line.rstrip("\n")):
-            inside = True
-        elif END.match(line.rstrip("\n")):
-            inside = False
-        elif not inside and not line.lstrip().startswith(("%", "!")):
-            kept.append(line)
-    return "".join(kept)
-
-
-def _loaded_names(code: str) -> set[str]:
-    """Names that code reads (not keyword arguments or strings that merely look alike)."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return set(re.findall(r"[A-Za-z_]\w*", code))
-    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)
-            and isinstance(node.ctx, ast.Load)}
-
-
-def _code_placeholder(region: str, indent: str, later_code: str) -> list[str]:
-    if indent:
-        return [f'{indent}raise NotImplementedError("your code here")\n']
-    loaded = _loaded_names(later_code)
-    used = [n for n in _assigned_names(region) if n in loaded]
-    if not used:
-        return ["# your code here\n"]
-    return [f'{name} = """Your answer here."""  # your answer here, as text\n'
-            if _assigns_text(region, name) else f"{name} = ...  # your answer here\n"
-            for name in used]
-
-
-def replace_regions(text: str, cell_type: str, later_code: str, where: str) -> str:
-    """Replace each solution region of one cell's source with its placeholder."""
-    lines = text.splitlines(keepends=True)
+def replace_regions(text: str, cell_type: str, where: str) -> tuple[str, bool]:
+    """nbgrader's ClearSolutions on one cell's source: (new source, whether a region was found)."""
+    stub = (CODE_STUB if cell_type == "code" else TEXT_STUB).split("\n")
     out: list[str] = []
-    i = 0
-    while i < len(lines):
-        begin = BEGIN.match(lines[i].rstrip("\n"))
-        if END.match(lines[i].rstrip("\n")):
-            raise GeneratorError(f"{where}: '### END SOLUTION' without a BEGIN")
-        if not begin:
-            out.append(lines[i])
-            i += 1
-            continue
-        j = i + 1
-        while j < len(lines) and not END.match(lines[j].rstrip("\n")):
-            if BEGIN.match(lines[j].rstrip("\n")):
-                raise GeneratorError(f"{where}: nested '### BEGIN SOLUTION'")
-            j += 1
-        if j == len(lines):
-            raise GeneratorError(f"{where}: '### BEGIN SOLUTION' without an END")
-        region = "".join(lines[i + 1:j])
-        rest = _without_regions("".join(lines[j + 1:])) + "\n" + later_code
-        if cell_type == "code":
-            out += _code_placeholder(region, begin.group(1), rest)
-        else:
-            out.append(MARKDOWN_PROMPT + "\n")
-        i = j + 1
-    if out and text and not text.endswith("\n"):
-        out[-1] = out[-1].rstrip("\n")
-    return "".join(out)
+    inside = found = False
+    for line in text.split("\n"):
+        if BEGIN_MARK in line:
+            if inside:
+                raise GeneratorError(f"{where}: nested '{BEGIN_MARK}'")
+            inside = found = True
+            indent = re.match(r"\s*", line).group(0)
+            out += [indent + stub_line for stub_line in stub]
+        elif END_MARK in line:
+            if not inside:
+                raise GeneratorError(f"{where}: '{END_MARK}' without a begin marker")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise GeneratorError(f"{where}: '{BEGIN_MARK}' without an end marker")
+    return "\n".join(out), found
+
+
+def _check_metadata(cell: dict, where: str, seen: set[str]) -> None:
+    meta = _nbgrader(cell)
+    if not any(meta.get(k) for k in ("solution", "grade", "locked")):
+        return
+    grade_id = meta.get("grade_id", "")
+    if not grade_id or not GRADE_ID.match(grade_id):
+        raise GeneratorError(f"{where}: grade id {grade_id!r} is empty or not made of letters, "
+                             "digits, '_' and '-' (nbgrader's rule)")
+    if grade_id in seen:
+        raise GeneratorError(f"{where}: duplicate grade id {grade_id!r}")
+    seen.add(grade_id)
+    if meta.get("grade") and not isinstance(meta.get("points"), (int, float)):
+        raise GeneratorError(f"{where}: graded cell {grade_id!r} has no points")
+    if cell["cell_type"] == "markdown" and meta.get("solution") != meta.get("grade"):
+        raise GeneratorError(f"{where}: a markdown answer must be both solution and graded")
+
+
+def _lock(cell: dict) -> None:
+    """nbgrader's LockCells with its default settings."""
+    meta = _nbgrader(cell)
+    if meta.get("solution"):
+        cell["metadata"]["deletable"] = False
+    elif meta.get("grade") or meta.get("locked"):
+        cell["metadata"]["deletable"] = False
+        cell["metadata"]["editable"] = False
 
 
 def make_exercise(solution: dict, name: str) -> dict:
     """The exercise notebook for a (cleaned) solution notebook called ``name``."""
     nb = clean_notebook(solution)
     cells = [c for c in nb["cells"] if SOLUTION_ONLY_TAG not in c["metadata"].get("tags", [])]
-    code_after = ["\n".join(_without_regions(_source(c)) for c in cells[k + 1:]
-                            if c["cell_type"] == "code")
-                  for k in range(len(cells))]
+    seen: set[str] = set()
     for k, cell in enumerate(cells):
+        where = f"solutions/{name} cell {cell.get('id', k)}"
+        _check_metadata(cell, where, seen)
         text = _source(cell).replace(f"solutions/{name}", f"exercises/{name}")
-        text = replace_regions(text, cell["cell_type"], code_after[k], f"solutions/{name} cell {k}")
+        text, found = replace_regions(text, cell["cell_type"], where)
+        is_solution = bool(_nbgrader(cell).get("solution"))
+        if found and not is_solution:
+            raise GeneratorError(f"{where}: a solution region in a cell without nbgrader "
+                                 "solution metadata (nbgrader rejects it)")
+        if is_solution and not found:
+            text = CODE_STUB if cell["cell_type"] == "code" else TEXT_STUB
+        _lock(cell)
         cell["source"] = _lines(text)
     note = {
         "cell_type": "markdown", "id": "generated-note", "metadata": {},

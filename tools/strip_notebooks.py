@@ -25,7 +25,7 @@ NOTEBOOKS = ROOT / "notebooks"
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 CHECK_TAG = "nbval-check-output"
 # Cell metadata worth keeping; the rest (execution timings, papermill, scrolling) is noise.
-KEEP_CELL_METADATA = ("tags",)
+KEEP_CELL_METADATA = ("tags", "slideshow")
 TEXT_MIME = "text/plain"
 
 

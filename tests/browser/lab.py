@@ -182,3 +182,42 @@ def saved_errors(nb: dict) -> list[str]:
     """'ename: evalue' of every error output in a saved notebook."""
     return [f"{out.get('ename')}: {out.get('evalue')}" for cell in nb["cells"]
             for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+
+
+@contextlib.contextmanager
+def voila_server(notebook: Path, home: Path, timeout: float = 90) -> Iterator[str]:
+    """Serve one notebook with Voilà on a free local port; yields its URL."""
+    port = free_port()
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"),
+               JUPYTER_RUNTIME_DIR=str(home / "runtime"), IPYTHONDIR=str(home / "ipython"))
+    env.pop("MPLBACKEND", None)
+    log = (home / "voila.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}",
+         "--Voila.ip=127.0.0.1"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=notebook.parent,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"Voila exited early; see {home / 'voila.log'}")
+            try:
+                with urllib.request.urlopen(f"{url}api/status", timeout=2):
+                    break
+            except urllib.error.HTTPError:
+                break  # it answers
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"Voila did not answer in {timeout:.0f} s")
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
