@@ -31,6 +31,7 @@ from .models import ModelSpec, resolve_model
 from .options import METHODS
 from .settings import MAX_BATCH, MAX_SEQ
 from .units import GiB, format_hours, parse_count
+from .verdicts import guide_notes
 
 BUDGET_WORDS = {"free": 0.0, "low": 2.0, "high": math.inf}
 MAX_TOKENS = 1e14
@@ -296,8 +297,6 @@ def recommend(model: Any, method: str | None = None, budget: Any = None, platfor
     found = {o.method for o in rec.options}
     rec.needs = [needs_text(spec, m, seq_len) for m in methods
                  if m not in found or spec.n_params > 3e10]
-    from .verdicts import guide_notes
-
     rec.guide = guide_notes(spec, rec)
     return rec
 
@@ -364,20 +363,3 @@ def _option(spec: ModelSpec, env: Environment, offer: Any, method: str, batch: i
                       (per_gpu_low * count, per_gpu_high * count), hours, cost, per_million, note,
                       offer.purchase_usd)
     return None
-
-
-# ----- the health check's verdict --------------------------------------------------------
-def health_verdict(report: Any, model: Any) -> list[str]:
-    """What ``model`` can be fine-tuned on the report's GPUs, or, without one, where instead."""
-    from .verdicts import device_lines, no_gpu_lines
-
-    from .health import safe_text
-
-    try:
-        spec = resolve_model(model)
-    except LessonkitError as err:
-        return [f"No verdict for model {safe_text(model, quoted=True)}: {err}"]
-    usable = report.usable_devices
-    if usable:
-        return device_lines(spec, usable)
-    return no_gpu_lines(spec)

@@ -82,7 +82,7 @@ def test_without_a_budget_the_workstation_is_compared_at_its_amortized_price():
                                                       * option.count)
         assert option.cost_usd == pytest.approx(option.hours * option.price_per_hour)
     # A machine you would buy is never offered as one to rent.
-    from lessonkit.verdicts import no_gpu_lines
+    from lessonkit.machine_verdict import no_gpu_lines
 
     assert not any(env.name in line for line in no_gpu_lines(rec.model))
 
