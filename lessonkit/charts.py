@@ -75,7 +75,19 @@ def gpu_usable_bytes(gpu: Any) -> float:
 
 
 def gpu_fits(gpu: Any, report: MemoryReport) -> bool:
-    return report.total_bytes <= gpu_usable_bytes(gpu)
+    """The run's peak fits in the GPU's memory and current PyTorch wheels can run on it."""
+    return (bool(field(gpu, "current_wheels", default=True))
+            and report.total_bytes <= gpu_usable_bytes(gpu))
+
+
+def fit_note(gpu: Any, report: MemoryReport) -> str:
+    """What changes on this GPU: no kernels in current wheels, or fp16 instead of bf16."""
+    if not field(gpu, "current_wheels", default=True):
+        return "no kernels in current PyTorch wheels"
+    if field(gpu, "native_bf16", default=True) is False and "bf16" in str(
+            report.settings.get("precision", "")):
+        return "no native bf16: runs in fp16 (same memory)"
+    return ""
 
 
 def usable_text(gpu: Any) -> str:
@@ -357,6 +369,9 @@ def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any]) -> dict[str
     labels = []
     for i, (gpu, size, fit) in enumerate(zip(gpus, sizes, fits)):
         text = headroom_text(gpu, report)
+        note = fit_note(gpu, report)
+        if note:
+            text = f"{text}; {note}"
         price = price_text(gpu)
         labels.append(ax.text(size + right * 0.01, i, text + (f"  {price}" if price else ""),
                               va="center", fontsize=7.5, color="black" if fit else ALERT_COLOR))

@@ -246,7 +246,7 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
                     "this run.</b>")
         cheapest = min(possible, key=lambda r: (r["cost"], r["hours"]))
         fastest = min(possible, key=lambda r: r["hours"])
-        return (f"Cheapest: {html.escape(cheapest['name'])} on "
+        return (f"Cheapest run: {html.escape(cheapest['name'])} on "
                 f"{html.escape(cheapest['gpu'])}, ${cheapest['cost']:,.2f} "
                 f"({format_hours(cheapest['hours'])}). Fastest: {html.escape(fastest['name'])} on "
                 f"{html.escape(fastest['gpu'])}, {format_hours(fastest['hours'])} "
@@ -315,8 +315,9 @@ def decision_readout(path: list[str], rec: Any) -> str:
         lines = [f"The guide's flow has no branch for {esc(spec.name)} models."]
     capped = rec.budget is not None and rec.budget != math.inf
     budget = f"budget at most ${rec.budget:.2f}/h" if capped else "no budget limit"
-    lines.append(f"<code>lessonkit.recommend</code> for {esc(spec.name)} ({budget}), the "
-                 f"cheapest setup that fits per method:")
+    lines.append(f"<code>lessonkit.recommend</code> for {esc(spec.name)} ({budget}): per method, "
+                 f"the setup that fits with the cheapest work (dollars per million training "
+                 f"tokens, not the lowest price per hour):")
     best = rec.best_per_method()
     for method in ("qlora", "lora", "full"):
         option = best.get(method)
@@ -326,7 +327,8 @@ def decision_readout(path: list[str], rec: Any) -> str:
                 why = f"nothing within ${rec.budget:.2f}/h; {why}"
             lines.append(f"{esc(METHOD_WORDS[method])}: {esc(why)}")
             continue
-        price = "free" if option.price_per_hour == 0 else f"${option.price_per_hour:,.2f}/h"
+        price = ("free" if option.price_per_hour == 0 else f"${option.price_per_hour:,.2f}/h, "
+                 f"${option.usd_per_million_tokens:,.2f} per million tokens")
         if option.purchase_usd:
             low, high = (v * option.count for v in option.purchase_usd)
             cards = "cards" if option.count > 1 else "card"

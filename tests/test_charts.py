@@ -213,6 +213,22 @@ def test_gpu_fit_colours_bars_by_the_catalogs_own_fit_test_and_gives_headroom_in
     assert f"fits on {sum(g.fits(report) for g in gpus)} of {len(gpus)}" in ax.get_title()
 
 
+def test_gpu_fit_never_says_a_bf16_run_fits_without_bf16_or_without_kernels():
+    small = make_report(weights=5e9)
+    gpus = [get_gpu(n) for n in ("T4", "V100 16GB", "P100 16GB", "A100 80GB")]
+    drawn = charts.draw_gpu_fit(new_ax(), small, gpus)
+    by_name = {g.name: (fit, label.get_text()) for g, fit, label
+               in zip(drawn["gpus"], drawn["fits"], drawn["labels"])}
+    assert by_name["P100 16GB"][0] is False and "no kernels" in by_name["P100 16GB"][1]
+    for name in ("T4", "V100 16GB"):  # bf16 asked, fp16 said
+        assert by_name[name][0] and "no native bf16: runs in fp16" in by_name[name][1]
+    assert "fp16" not in by_name["A100 80GB"][1]
+    fp32 = MemoryReport(model=small.model, settings={**small.settings, "precision": "fp32"},
+                        breakdown=dict(small.breakdown), peak_phase="backward")
+    assert charts.fit_note(get_gpu("T4"), fp32) == ""
+    assert "fits on 3 of 4" in charts.draw_gpu_fit(new_ax(), small, gpus)["line"].axes.get_title()
+
+
 def test_environment_costs_draws_costs_and_marks_impossible_rows():
     rows = [{"name": "Colab (free)", "cost": 0.0, "hours": 5.0, "tier": "hobbyist", "gpu": "T4"},
             {"name": "Lambda", "cost_usd": 12.5, "hours": 3.2, "tier": "engineer",

@@ -350,8 +350,9 @@ def test_environment_explorer_shows_each_environments_cheapest_fitting_setup():
     small = {r["name"]: r["cost"] for r in explorer.rows}
     explorer.controls["tokens"].value = 1e9
     for row in explorer.rows:
-        if row["cost"] is not None:
-            assert row["cost"] == pytest.approx(100 * small[row["name"]])
+        if row["cost"] is not None and small[row["name"]]:
+            # 100 times the tokens: nearly 100 times the cost; the fixed start-up is paid once.
+            assert 50 * small[row["name"]] < row["cost"] < 100 * small[row["name"]]
 
 
 def test_environment_explorer_includes_the_workstation_at_its_amortized_price():
