@@ -193,3 +193,26 @@ def get_environment(name: str | Environment) -> Environment:
         if key in {normalise_name(a) for a in (env.key, env.name, *env.aliases)}:
             return env
     raise LessonkitError(unknown_name_message(name, environment_keys(), "environment"))
+
+
+def offered_price(gpu: str | GPU) -> dict[str, Any] | None:
+    """The price range per GPU-hour that the catalog's rentals give one GPU, as gpus.json must
+    state it: the span of the GPU clouds' offers (tier 2) where there are any, else of the other
+    paid rentals (tiers 1 and 3, whose prices include the instance); typical is the median of
+    those offers' typical prices. None when nobody rents it out."""
+    wanted = get_gpu(gpu)
+    paid = [(e, o) for e in list_environments() if e.tier != 0 for o in e.offers
+            if o.gpu == wanted and not o.free]
+    chosen = [(e, o) for e, o in paid if e.tier == 2] or paid
+    if not chosen:
+        return None
+    typicals = sorted(o.price_per_hour.typical for _, o in chosen)
+    middle = len(typicals) // 2
+    typical = typicals[middle] if len(typicals) % 2 else (typicals[middle - 1] + typicals[middle]) / 2
+    names = [e.name for e, _ in chosen]
+    return {"low": min(o.price_per_hour.low for _, o in chosen),
+            "high": max(o.price_per_hour.high for _, o in chosen),
+            "typical": round(typical, 3),
+            "source": "the offers of " + ", ".join(names) + " in environments.json (each with its "
+                      "own price page)",
+            "as_of": max(e.as_of for e, _ in chosen)}
