@@ -240,3 +240,14 @@ def get_gpu(name: str | GPU) -> GPU:
     if found is None:
         raise LessonkitError(unknown_name_message(name, gpu_names(), "GPU"))
     return found
+
+
+def memory_units_note() -> str:
+    """The course's unit convention, with what a '16 GB' T4 shows to PyTorch."""
+    from .units import MEMORY_UNITS
+
+    t4 = get_gpu("T4")
+    return (f"{MEMORY_UNITS} A '{t4.memory_gb:g} GB' {t4.name} has {t4.memory_gb:g} GiB of chips, "
+            f"of which PyTorch can allocate about {t4.usable_text} (ECC and the driver keep the "
+            f"rest): a run must fit in that usable figure.")
+

@@ -374,7 +374,7 @@ def _option(spec: ModelSpec, env: Environment, offer: Any, method: str, batch: i
             if env.weekly_gpu_hours:
                 note += f", within one week's {env.weekly_gpu_hours:g} GPU-hours of quota"
         if not gpu.native_bf16:
-            note += "; no native bf16 on this GPU: runs in fp16 mixed precision (same memory)"
+            note += "; no native bf16 on this GPU: fp16 instead (same memory)"
         if offer.purchase_usd:
             low, high = offer.purchase_usd
             note += (f"; buy for ${low * count:,.0f}-{high * count:,.0f}, counted here spread over "

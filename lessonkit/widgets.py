@@ -36,7 +36,7 @@ from .controls import (CONTROL_NAMES, GPU_COUNTS, LORA_RANKS, MODEL_SIZES, SEQ_L
                        precision_follows_method, split_defaults, sync_enabled)
 from .explorer import CHART_DPI, explorer_class, new_figure, static_mode
 from .fitting import method_label
-from .units import GB, GiB, format_hours
+from .units import GiB, format_hours
 
 __all__ = [
     "CHART_DPI", "CONTROL_NAMES", "GPU_COUNTS", "GUIDE_ANSWERS", "LORA_RANKS", "MODEL_SIZES",
@@ -55,7 +55,7 @@ def _estimate(model: Any, **settings: Any) -> Any:
 
 def peak_html(report: Any) -> str:
     total = report.total_bytes
-    return (f"<b>Peak per GPU: {total / GB:,.1f} GB</b> ({total / GiB:,.1f} GiB, during the "
+    return (f"<b>Peak per GPU: {total / GiB:,.1f} GiB</b> (during the "
             f"{html.escape(str(report.peak_phase))})")
 
 
@@ -91,7 +91,7 @@ def setup_html(report: Any) -> str:
 
 
 def fit_summary(report: Any, gpus: list[Any] | None = None) -> str:
-    """HTML: the peak per GPU (GB, with GiB), the setup, the catalog GPUs it fits on (smallest
+    """HTML: the peak per GPU (GiB), the setup, the catalog GPUs it fits on (smallest
     first) and the smallest one's headroom; device memory and headroom in GiB."""
     where = "in the catalog" if gpus is None else "shown"
     gpus = charts.catalog_gpus() if gpus is None else gpus
@@ -338,6 +338,6 @@ def decision_readout(path: list[str], rec: Any) -> str:
         run = f"batch {s['batch_size']} x {s['seq_len']}" + (
             " with checkpointing" if s["gradient_checkpointing"] else "")
         lines.append(f"{esc(label)}: <b>{esc(option.setup)}</b> on {esc(option.name)}, peak "
-                     f"{option.peak_bytes / GB:,.1f} GB ({option.peak_bytes / GiB:,.1f} GiB) per "
+                     f"{option.peak_bytes / GiB:,.1f} GiB per "
                      f"GPU at {run}, {esc(price)}")
     return "<br>".join(lines)

@@ -136,7 +136,7 @@ def test_vram_explorer_in_jupyterlab(page: object, server: lab.LabServer) -> Non
     page.keyboard.press("ArrowRight")
     moved = wait_for_change(page, explorer, lora)
     assert slider_value.inner_text().strip() == "2"
-    peaks = [float(re.search(r"Peak per GPU: ([\d,.]+) GB", r).group(1).replace(",", ""))
+    peaks = [float(re.search(r"Peak per GPU: ([\d,.]+) GiB", r).group(1).replace(",", ""))
              for r, _ in (lora, moved)]
     assert peaks[1] > peaks[0], peaks
     shot(page, "01_vram_explorer-3-batch-2", explorer)

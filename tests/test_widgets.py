@@ -20,7 +20,7 @@ from lessonkit.errors import LessonkitError
 from lessonkit.fitting import usual_precision
 from lessonkit.gpus import get_gpu, list_gpus
 from lessonkit.report import CATEGORIES
-from lessonkit.units import GB, GiB
+from lessonkit.units import GiB
 from lessonkit.verdicts import flow_notes
 from lessonkit.vram import estimate
 
@@ -60,7 +60,7 @@ def check_vram_state(explorer) -> None:
     drawn = explorer.chart.heights()[0]
     for key in CATEGORIES:
         assert drawn[key] == pytest.approx(report.breakdown[key] / GiB)
-    assert f"Peak per GPU: {report.total_bytes / GB:,.1f} GB" in explorer.readout.value
+    assert f"Peak per GPU: {report.total_bytes / GiB:,.1f} GiB" in explorer.readout.value
     fit = [g.name for g in list_gpus() if g.fits(report)]
     if fit:
         assert sorted(fitting_names(explorer.readout.value)) == sorted(fit)
@@ -98,7 +98,7 @@ def test_every_vram_control_at_its_ends_and_every_option(vram):
             check_vram_state(vram)
             if value != start and vram.error is None:
                 report = estimate(vram.controls["model"].value, **settings_of(vram))
-                if f"{report.total_bytes / GB:,.1f} GB" not in before:
+                if f"{report.total_bytes / GiB:,.1f} GiB" not in before:
                     assert vram.readout.value != before
         widget.value = start
     assert vram.figure is figure  # one figure, updated in place
@@ -390,8 +390,7 @@ def expected_readout_lines(rec) -> list[str]:
     lines = []
     for method, option in rec.best_per_method().items():
         lines.append(f"<b>{html.escape(option.setup)}</b> on {html.escape(option.name)}, peak "
-                     f"{option.peak_bytes / GB:,.1f} GB ({option.peak_bytes / GiB:,.1f} GiB) "
-                     f"per GPU")
+                     f"{option.peak_bytes / GiB:,.1f} GiB per GPU")
     return lines
 
 
@@ -424,9 +423,8 @@ def test_decision_flow_estimates_lora_in_bf16_not_fp32_under_autocast():
                         device="cuda")
     assert lora.settings["precision"] == "bf16"
     assert lora.peak_bytes < autocast.total_bytes
-    assert f"{autocast.total_bytes / GB:,.1f} GB" not in explorer.readout.value
-    assert f"{lora.peak_bytes / GB:,.1f} GB ({lora.peak_bytes / GiB:,.1f} GiB) per GPU" \
-        in explorer.readout.value
+    assert f"{autocast.total_bytes / GiB:,.1f} GiB" not in explorer.readout.value
+    assert f"{lora.peak_bytes / GiB:,.1f} GiB per GPU" in explorer.readout.value
 
 
 @pytest.mark.parametrize("size", widgets.MODEL_SIZES)
