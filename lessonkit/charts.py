@@ -13,6 +13,7 @@ peak.
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -165,6 +166,39 @@ def _segments(report: MemoryReport) -> dict[str, float]:
     return seg
 
 
+LABEL_HEIGHT = 0.055  # a GPU line's label, as a fraction of the axis height (7.5 pt text)
+
+
+def axis_top(peaks: Sequence[float], lines: Sequence[float]) -> float:
+    """The y axis' top (GiB): the tallest bar and the nearest GPU line above it, so that a small
+    LoRA/QLoRA bar is read against the cards it fits on, not against the largest one."""
+    peak = max(peaks)
+    above = [s for s in lines if s >= peak]
+    if not above:
+        return peak * 1.4  # room for the note that it does not fit
+    return max(peak * 1.15, min(above) * 1.12)
+
+
+def ways_to_fit(report: MemoryReport) -> list[str]:
+    """What would bring this run's peak down, given the settings it already has."""
+    s = report.settings
+    ways = []
+    if s.get("method") == "full":
+        ways.append("LoRA/QLoRA")
+    elif s.get("method") == "lora":
+        ways.append("QLoRA (4-bit base weights)")
+    if not s.get("gradient_checkpointing"):
+        ways.append("gradient checkpointing")
+    if s.get("method") != "qlora" and (s.get("n_gpus", 1) == 1 or s.get("zero_stage", 0) < 3):
+        ways.append("more GPUs with ZeRO-3/FSDP" if s.get("n_gpus", 1) == 1
+                    else "ZeRO-3/FSDP to shard the weights")
+    if s.get("method") == "full" and not s.get("offload_optimizer"):
+        ways.append("optimizer offload")
+    if s.get("batch_size", 1) > 1:
+        ways.append("a smaller batch")
+    return ["Try " + ", ".join(ways)] if ways else ["A larger GPU or a smaller model"]
+
+
 def default_label(report: MemoryReport) -> str:
     s = report.settings
     label = f"{report.model.name}\n{s.get('method', '')}"
@@ -271,25 +305,28 @@ class BreakdownChart:
         if xlabels != self.xlabels:
             self.ax.set_xticklabels(list(xlabels), fontsize=8)
             self.xlabels = xlabels
-        top = max([*(r.total_bytes / GiB for r in reports), *(s for s, _ in self.lines)])
-        top *= 1.4 if too_big else 1.15
+        top = axis_top([r.total_bytes / GiB for r in reports], [s for s, _ in self.lines])
         self.ax.set_ylim(0, top)
         self._thin_gpu_labels(top)
         if too_big:
             which = "" if len(reports) == 1 else f"Bar {', '.join(str(i + 1) for i in too_big)}: "
             self.note.set_text(
                 f"{which}does not fit on any single GPU (largest: {self.largest_name}).\n"
-                f"Use LoRA/QLoRA, more GPUs with ZeRO/FSDP, or offload.")
+                + textwrap.fill("; ".join(ways_to_fit(reports[too_big[0]])) + ".", 62))
         else:
             self.note.set_text("")
         if len(reports) == 1:
             self.ax.set_title(reports[0]._settings_line(), fontsize=9)
 
     def _thin_gpu_labels(self, top: float) -> None:
-        # Labels of lines closer than 4% of the axis to the last shown one would overlap.
-        shown = -1.0
-        for (size, _), text in zip(self.lines, self.gpu_texts):
-            visible = size - shown >= 0.04 * top
+        # A label sits on top of its line and is LABEL_HEIGHT of the axis tall: it is shown only
+        # where no other line crosses it and it does not overlap the last label shown.
+        height = LABEL_HEIGHT * top
+        sizes = [size for size, _ in self.lines]
+        shown = -math.inf
+        for i, (size, text) in enumerate(zip(sizes, self.gpu_texts)):
+            above = sizes[i + 1] if i + 1 < len(sizes) else math.inf
+            visible = size - shown >= height and above - size >= height and size < top - height
             text.set_visible(visible)
             if visible:
                 shown = size
@@ -432,7 +469,13 @@ def draw_environment_costs(ax: Any, rows: Sequence[Any]) -> dict[str, Any]:
     ax.set_yticklabels([textwrap.fill(d["name"], 24) for d in data], fontsize=8)
     ax.set_xlim(0, right)
     ax.set_xlabel("Cost of the run (USD)")
-    return {"bars": bars, "labels": labels, "rows": data}
+    from matplotlib.patches import Patch
+
+    tiers = [t for t in TIER_COLORS if any(d["tier"] == t for d in data)]
+    legend = ax.legend(handles=[Patch(color=TIER_COLORS[t], label=t) for t in tiers],
+                       title="tier", fontsize=7, title_fontsize=7, loc="lower right",
+                       frameon=True, framealpha=0.9) if tiers else None
+    return {"bars": bars, "labels": labels, "rows": data, "legend": legend}
 
 
 # ----- the guide's decision flow -----------------------------------------------------------

@@ -32,6 +32,7 @@ from typing import Any, Callable
 from .errors import LessonkitError
 
 CHART_DPI = 100
+NO_CHART = "No chart for this combination: the message above says why."
 
 
 def static_mode() -> bool:
@@ -101,8 +102,7 @@ def explorer_class() -> Any:
                 try:
                     self._link(change)
                 except Exception as exc:  # shown, never raised
-                    self.error = exc
-                    self.readout.value = _error_html(exc)
+                    self._show_error(exc)
                     return
                 finally:
                     self._linking = False
@@ -114,8 +114,7 @@ def explorer_class() -> Any:
                 readout = self._update(self)
                 png = self.png()
             except Exception as exc:  # a callback must not raise in front of a class
-                self.error = exc
-                self.readout.value = _error_html(exc)
+                self._show_error(exc)
                 return
             self.error = None
             self.readout.value = readout
@@ -124,6 +123,15 @@ def explorer_class() -> Any:
                     "text/plain": "<lessonkit chart>"}
             self.output.outputs = ({"output_type": "display_data", "data": data,
                                     "metadata": {}},)
+
+        def _show_error(self, exc: BaseException) -> None:
+            """The message in the readout, and no chart: the previous one would show its bars
+            under settings they do not belong to."""
+            self.error = exc
+            self.readout.value = _error_html(exc)
+            self._png = b""
+            self.output.outputs = ({"output_type": "stream", "name": "stdout",
+                                    "text": NO_CHART},)
 
         def png(self) -> bytes:
             """The figure as it is now, as PNG bytes."""
@@ -176,7 +184,8 @@ def explorer_class() -> Any:
 
         def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
             bundle = super()._repr_mimebundle_(**kwargs) or {}
-            bundle["image/png"] = base64.b64encode(self._png or self.png()).decode("ascii")
+            if self.error is None:
+                bundle["image/png"] = base64.b64encode(self._png or self.png()).decode("ascii")
             if static_mode():
                 bundle.pop("application/vnd.jupyter.widget-view+json", None)
                 bundle["text/plain"] = _plain_text(self.readout.value)

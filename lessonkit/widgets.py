@@ -83,16 +83,45 @@ def precision_words(settings: dict[str, Any]) -> str:
 
 
 def setup_html(report: Any) -> str:
-    """HTML: method, precision (in words) and optimizer of the estimate shown."""
+    """HTML: method, precision (in words) and optimizer of the estimate shown; for LoRA and
+    QLoRA the adapters' rank and target modules."""
     s = report.settings
-    return (f"{html.escape(str(s.get('method')))}, precision "
+    text = (f"{html.escape(str(s.get('method')))}, precision "
             f"<b>{html.escape(str(s.get('precision')))}</b> "
             f"({html.escape(precision_words(s))}), {html.escape(str(s.get('optimizer')))}")
+    if s.get("method") in ("lora", "qlora") and s.get("lora_targets"):
+        targets = ", ".join(str(t) for t in s["lora_targets"])
+        text += f"; LoRA rank {s.get('lora_rank')} on {html.escape(targets)}"
+    return text
+
+
+def ddp_note(report: Any) -> str:
+    """HTML: why several GPUs at ZeRO-0 raise the per-GPU peak ('' otherwise)."""
+    s = report.settings
+    if s.get("n_gpus", 1) <= 1 or s.get("zero_stage", 0) != 0:
+        return ""
+    one = _estimate(report.model, **{**_plain_settings(s), "n_gpus": 1, "zero_stage": 0})
+    rise = report.total_bytes - one.total_bytes
+    change = (f"the per-GPU peak rises by {rise / GiB:,.1f} GiB over one GPU" if rise >= 0.05 * GiB
+              else "the per-GPU peak stays that of one GPU (the trainable part is small)")
+    return (f"<br>{s['n_gpus']} GPUs at ZeRO-0 (plain DDP): every GPU keeps the whole model, "
+            f"its gradients and optimizer states, plus DDP's gradient buckets (as large as the "
+            f"gradients), so {change}. ZeRO-1/2/3 (or FSDP) shard the states, gradients and "
+            f"weights over the GPUs.")
+
+
+def _plain_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k != "estimated"}
 
 
 def fit_summary(report: Any, gpus: list[Any] | None = None) -> str:
     """HTML: the peak per GPU (GiB), the setup, the catalog GPUs it fits on (smallest
-    first) and the smallest one's headroom; device memory and headroom in GiB."""
+    first) and the smallest one's headroom; device memory and headroom in GiB; with several
+    GPUs at ZeRO-0, why the per-GPU peak does not fall."""
+    return _fit_lines(report, gpus) + ddp_note(report)
+
+
+def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
     where = "in the catalog" if gpus is None else "shown"
     gpus = charts.catalog_gpus() if gpus is None else gpus
     head = f"{peak_html(report)}<br>Setup: {setup_html(report)}"

@@ -17,6 +17,7 @@ import pytest
 
 from lessonkit import charts, widgets
 from lessonkit.errors import LessonkitError
+from lessonkit.explorer import NO_CHART
 from lessonkit.fitting import usual_precision
 from lessonkit.gpus import get_gpu, list_gpus
 from lessonkit.report import CATEGORIES
@@ -181,11 +182,10 @@ def test_a_failing_estimate_is_a_message_not_a_traceback(vram, monkeypatch):
         raise LessonkitError("that combination is not supported")
 
     monkeypatch.setattr(widgets, "_estimate", broken)
-    outputs = vram.output.outputs
     vram.controls["batch_size"].value = 8
     assert "that combination is not supported" in vram.readout.value
     assert isinstance(vram.error, LessonkitError)
-    assert vram.output.outputs == outputs  # the last good chart stays
+    assert_chart_cleared(vram)
     monkeypatch.undo()
     vram.controls["batch_size"].value = 9
     assert vram.error is None
@@ -451,3 +451,118 @@ def test_importing_widgets_is_cheap():
             "print(any(m in sys.modules for m in ('ipywidgets', 'matplotlib', 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ----- explorers that explain themselves --------------------------------------------------
+def assert_chart_cleared(explorer) -> None:
+    """No picture of the previous settings: the output says there is no chart, and so does
+    the display bundle."""
+    (output,) = explorer.output.outputs
+    assert "image/png" not in output.get("data", {}) and output["text"] == NO_CHART
+    assert "image/png" not in explorer._repr_mimebundle_()
+
+
+def test_an_invalid_combination_clears_the_chart_and_shows_the_message(vram):
+    vram.controls["method"].value = "qlora"
+    vram.controls["n_gpus"].value = 8
+    vram.controls["zero_stage"].value = 3  # ZeRO-3 cannot shard 4-bit weights
+    assert "Cannot show this combination" in vram.readout.value and "ZeRO-3" in vram.readout.value
+    assert_chart_cleared(vram)
+    vram.controls["zero_stage"].value = 2  # valid again: the chart is back
+    assert vram.error is None and "image/png" in vram.output.outputs[0]["data"]
+    check_vram_state(vram)
+
+
+def test_the_no_fit_hint_follows_the_current_settings(vram):
+    vram.controls["model"].value = "70B"
+    vram.controls["method"].value = "full"
+    note = vram.chart.note.get_text()
+    assert "LoRA/QLoRA" in note and "gradient checkpointing" in note
+    vram.controls["gradient_checkpointing"].value = True
+    assert "gradient checkpointing" not in vram.chart.note.get_text()
+    vram.controls["method"].value = "lora"
+    vram.controls["batch_size"].value = 64
+    note = vram.chart.note.get_text()
+    assert note and "LoRA/QLoRA" not in note and "QLoRA (4-bit" in note
+    vram.controls["n_gpus"].value = 8
+    vram.controls["zero_stage"].value = 3
+    note = vram.chart.note.get_text()
+    assert not note or "ZeRO-3" not in note
+
+
+def test_ddp_at_zero_0_says_why_the_per_gpu_peak_rises(vram):
+    vram.controls["method"].value = "full"
+    vram.controls["n_gpus"].value = 8
+    vram.controls["zero_stage"].value = 0
+    one = estimate("7B", **{**settings_of(vram), "n_gpus": 1})
+    rise = vram.report.total_bytes - one.total_bytes
+    assert rise > GiB
+    text = vram.readout.value
+    assert "gradient buckets" in text and "ZeRO" in text
+    assert f"rises by {rise / GiB:,.1f} GiB" in text
+    vram.controls["zero_stage"].value = 3
+    assert "gradient buckets" not in vram.readout.value
+
+
+def test_lora_target_modules_are_in_the_readout(vram):
+    vram.controls["method"].value = "lora"
+    targets = ", ".join(vram.report.settings["lora_targets"])
+    assert f"LoRA rank {vram.controls['lora_rank'].value} on {targets}" in vram.readout.value
+    vram.controls["method"].value = "full"
+    assert "LoRA rank" not in vram.readout.value
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_the_y_axis_lets_lora_and_qlora_bars_be_read(vram, method):
+    vram.controls["method"].value = method
+    peak = vram.report.total_bytes / GiB
+    top = vram.chart.ax.get_ylim()[1]
+    assert peak / top > 0.3  # the bar fills a good part of the axis
+    nearest = min(s for s, _ in vram.chart.lines if s >= peak)
+    assert top >= nearest  # the nearest GPU line it fits under is on the chart
+    shown = [t.get_text() for t in vram.chart.gpu_texts if t.get_visible()]
+    assert shown  # and labelled
+
+
+def gpu_labels_struck_through(chart) -> list[str]:
+    """Visible GPU labels that a GPU line crosses (display coordinates)."""
+    chart.ax.figure.canvas.draw()
+    renderer = chart.ax.figure.canvas.get_renderer()
+    bottom, top = chart.ax.get_ylim()
+    struck = []
+    for text in chart.gpu_texts:
+        if not text.get_visible():
+            continue
+        box = text.get_window_extent(renderer)
+        for size, _ in chart.lines:
+            if bottom <= size <= top:
+                y = chart.ax.transData.transform((0, size))[1]
+                if box.y0 + 1 < y < box.y1 - 1:
+                    struck.append(f"{text.get_text()} by the {size:.1f} GiB line")
+    return struck
+
+
+def test_gpu_reference_labels_are_never_struck_through_by_lines(vram):
+    settings = [{}, {"method": "lora"}, {"method": "qlora"}, {"batch_size": 64},
+                {"model": "70B"}, {"method": "lora", "seq_len": 8192},
+                {"model": "1B", "method": "full", "seq_len": 512}, {"model": "gpt2"}]
+    for change in settings:
+        for name, value in change.items():
+            vram.controls[name].value = value
+        assert vram.error is None
+        assert not gpu_labels_struck_through(vram.chart), change
+        assert any(t.get_visible() for t in vram.chart.gpu_texts), change
+
+
+def test_the_environment_chart_has_a_legend_of_its_tier_colours():
+    from matplotlib.colors import to_hex
+
+    explorer = widgets.environment_explorer("7B", method="qlora", tokens=1e7)
+    legend = explorer.drawn["legend"]
+    names = [t.get_text() for t in legend.get_texts()]
+    assert set(names) == {r["tier"] for r in explorer.rows if r["tier"]}
+    for name, patch in zip(names, legend.get_patches()):
+        assert to_hex(patch.get_facecolor()) == to_hex(charts.TIER_COLORS[name])
+    for row, bar in zip(explorer.rows, explorer.drawn["bars"].patches):
+        assert to_hex(bar.get_facecolor()) == to_hex(charts.TIER_COLORS[row["tier"]])
+
