@@ -38,6 +38,7 @@ CHECKPOINT_FLOPS = 2  # gradient checkpointing recomputes the forward
 # 1.4x LoRA's time on the same GPU (S. Raschka, "Practical Tips for Finetuning LLMs Using LoRA",
 # 2023: 39% longer for 33% less memory).
 QLORA_SLOWDOWN = 1.4
+TIGHT_FRACTION = 0.05  # headroom under 5% of the usable memory counts as a tight fit
 # Attention's own FLOPs grow with the sequence: per token and layer, Q.K^T and scores.V take
 # 4 x seq_len x (heads x head_dim) in the forward, twice that in the backward (Chowdhery et al.
 # 2022, "PaLM", appendix B: 6N + 12 L H Q T per token); checkpointing repeats the forward.
@@ -101,6 +102,17 @@ class Fit:
     @property
     def headroom_bytes(self) -> int:
         return self.usable_bytes - self.peak_bytes
+
+    @property
+    def tight(self) -> bool:
+        """It fits with less than 5% of the GPU left (95% or more used): fragmentation or a
+        longer batch can tip it into out-of-memory."""
+        return self.fits and self.headroom_bytes < TIGHT_FRACTION * self.usable_bytes
+
+    @property
+    def verdict(self) -> str:
+        """'fits', 'fits, tight' or 'does not fit'."""
+        return ("fits, tight" if self.tight else "fits") if self.fits else "does not fit"
 
     def settings_text(self) -> str:
         text = f"batch {self.batch_size} x {self.seq_len} tokens"

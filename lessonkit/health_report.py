@@ -7,11 +7,26 @@ from __future__ import annotations
 
 import html
 import json
+import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .platforms import LOCAL, Platform
 from .units import GiB
+
+WIDTH = 100  # report lines wrap between words at this width
+
+
+def wrap(line: str, width: int = WIDTH) -> str:
+    """A long line broken between words, continuation lines indented under its text."""
+    if len(line) <= width:
+        return line
+    body = line.lstrip(" ")
+    indent = " " * (len(line) - len(body))
+    hang = indent + ("  " if body.startswith(("- ", "[")) else "    ")
+    return textwrap.fill(body, width, initial_indent=indent, subsequent_indent=hang,
+                         break_long_words=False, break_on_hyphens=False)
+
 
 STATUSES = ("ok", "warning", "no_gpu", "error")
 SEVERITIES = ("error", "warning", "info")
@@ -173,7 +188,7 @@ class HealthReport:
         if self.verdict:
             lines.append(f"What you can fine-tune ({self.model}):")
             lines += [f"  - {line}" for line in self.verdict]
-        return "\n".join(lines)
+        return "\n".join(wrap(line) for text in lines for line in text.split("\n"))
 
     def _repr_html_(self) -> str:
         colour = {"ok": "#1a7f37", "warning": "#9a6700", "no_gpu": "#57606a", "error": "#cf222e"}

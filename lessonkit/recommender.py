@@ -25,8 +25,8 @@ from typing import Any
 
 from .environments import TIERS, Environment, get_environment, list_environments
 from .errors import LessonkitError, choose, normalise_name, positive_int, positive_number
-from .fitting import (DEFAULT_BATCH, DEFAULT_MFU, DEFAULT_SEQ, METHOD_WORDS, assumptions,
-                      compute_hours, find_fit, method_label, needs_text, run_hours)
+from .fitting import (DEFAULT_BATCH, DEFAULT_MFU, DEFAULT_SEQ, METHOD_WORDS, TIGHT_FRACTION,
+                      assumptions, compute_hours, find_fit, method_label, needs_text, run_hours)
 from .models import ModelSpec, resolve_model
 from .options import METHODS
 from .settings import MAX_BATCH, MAX_SEQ
@@ -35,7 +35,6 @@ from .verdicts import guide_notes
 
 BUDGET_WORDS = {"free": 0.0, "low": 2.0, "high": math.inf}
 MAX_TOKENS = 1e14
-TIGHT_FRACTION = 0.05  # headroom under 5% of the usable memory counts as a tight fit
 
 
 @dataclass

@@ -180,6 +180,16 @@ def test_what_the_text_says_about_the_default_numbers_holds() -> None:
     for optimizer in ("adamw", "adamw-fused"):  # long batches above, activations set the peak
         long = lessonkit.estimate("7B", optimizer=optimizer, batch_size=4, seq_len=2048)
         assert long.total_bytes > guide_high and long.peak_phase == "backward"
+    # notebook 5: a 16 GB T4 fails `< 16`, yet holds a small model's full fine-tune; a 24 GB
+    # card passes and cannot hold a 7B one; LoRA of 7B on a T4 is tight
+    from lessonkit.fitting import find_fit
+
+    t4, rtx4090 = lessonkit.get_gpu("T4"), lessonkit.get_gpu("RTX 4090")
+    assert t4.usable_bytes / 2**30 < 16 <= rtx4090.memory_gb
+    assert find_fit(lessonkit.resolve_model("0.5B"), "full", t4.usable_bytes).fits
+    assert not find_fit(lessonkit.resolve_model("7B"), "full", rtx4090.usable_bytes).fits
+    lora_t4 = find_fit(lessonkit.resolve_model("7B"), "lora", t4.usable_bytes, native_bf16=False)
+    assert lora_t4.tight and lora_t4.verdict == "fits, tight"
     # notebook 2: checkpointing leaves a peak in the optimizer step unchanged
     checkpointed = lessonkit.estimate("7B", optimizer="adamw", gradient_checkpointing=True, **full)
     assert checkpointed.total_bytes == usual.total_bytes and checkpointed.peak_phase == "optimizer"
