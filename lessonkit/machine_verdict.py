@@ -76,5 +76,6 @@ def no_gpu_lines(spec: ModelSpec) -> list[str]:
         if per_token is not per_hour:
             text += (f"; {per_token.setup} on {per_token.name} (${per_token.price_per_hour:.2f}/h) "
                      f"the cheapest work at ${per_token.usd_per_million_tokens:.2f} per million tokens")
-        lines.append(text + ".")
+        caveats = dict.fromkeys(get_gpu(o.gpu).caveat for o in (per_hour, per_token))
+        lines.append(text + "." + "".join(f" Note: {c}" for c in caveats if c))
     return lines

@@ -366,7 +366,9 @@ def decision_readout(path: list[str], rec: Any) -> str:
         s = option.settings
         run = f"batch {s['batch_size']} x {s['seq_len']}" + (
             " with checkpointing" if s["gradient_checkpointing"] else "")
+        caveat = get_gpu(option.gpu).caveat
         lines.append(f"{esc(label)}: <b>{esc(option.setup)}</b> on {esc(option.name)}, peak "
                      f"{option.peak_bytes / GiB:,.1f} GiB per "
-                     f"GPU at {run}, {esc(price)}")
+                     f"GPU at {run}, {esc(price)}"
+                     + (f" <small>(note: {esc(caveat)})</small>" if caveat else ""))
     return "<br>".join(lines)

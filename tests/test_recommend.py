@@ -352,3 +352,21 @@ def test_tight_fits_rank_after_comfortable_ones(model, budget):
     for o in options:
         assert o.tight == (o.usable_bytes - o.peak_bytes < 0.05 * o.usable_bytes)
     assert not options[0].tight
+
+
+def test_the_health_verdict_and_the_decision_readout_carry_the_caveats_too():
+    from lessonkit.machine_verdict import no_gpu_lines
+    from lessonkit.widgets import decision_readout
+
+    lines = no_gpu_lines(resolve_model("7B"))
+    for line in lines:
+        for gpu in ("GH200", "MI300X"):
+            if f"x {gpu} on" in line:
+                assert get_gpu(gpu).caveat in line
+    rec = recommend("7B")
+    html_text = decision_readout(["goal", "size", "budget", "colab_lambda"], rec)
+    for option in rec.best_per_method().values():
+        caveat = get_gpu(option.gpu).caveat
+        if caveat:
+            assert caveat.replace("'", "&#x27;").replace('"', "&quot;") in html_text
+
