@@ -386,43 +386,72 @@ def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any]) -> dict[str
 
     The required peak is a vertical line; labels give the headroom (or shortfall) and the price
     per hour; the guide's four GPUs (``in_guide``) are drawn with a dark edge and bold names.
+    ``update_gpu_fit`` shows another report on the same artists.
     """
     gpus = sorted(gpus, key=lambda g: (gpu_usable_bytes(g), gpu_label(g)))
     if not gpus:
         raise LessonkitError("draw_gpu_fit needs at least one GPU record.")
-    need = report.total_bytes / GiB
     sizes = [gpu_usable_bytes(g) / GiB for g in gpus]
-    fits = [gpu_fits(g, report) for g in gpus]
     guide = [bool(field(g, "in_guide", default=False)) for g in gpus]
     y = list(range(len(gpus)))
-    bars = ax.barh(y, sizes, height=0.65, color=[FIT_COLOR if f else NO_FIT_COLOR for f in fits],
+    bars = ax.barh(y, sizes, height=0.65, color=NO_FIT_COLOR,
                    edgecolor=["black" if g else "none" for g in guide], linewidth=1.4, zorder=2)
     ax.set_yticks(y)
     ax.set_yticklabels([f"{gpu_label(g)}{' *' if gd else ''} ({gpu_memory_gb(g):g} GB card)"
                         for g, gd in zip(gpus, guide)], fontsize=8)
     for tick, gd in zip(ax.get_yticklabels(), guide):
         tick.set_fontweight("bold" if gd else "normal")
-    right = max(max(sizes), need) * 1.45
-    labels = []
-    for i, (gpu, size, fit) in enumerate(zip(gpus, sizes, fits)):
+    labels = [ax.text(0, i, "", va="center", fontsize=7.5) for i in y]
+    line = ax.axvline(0, color=ALERT_COLOR, lw=1.6, zorder=3)
+    need_text = ax.text(0, 0.995, "", transform=ax.get_xaxis_transform(), ha="left", va="top",
+                        fontsize=8, color=ALERT_COLOR, bbox=dict(fc="white", ec="none", pad=1),
+                        zorder=4)
+    ax.set_ylim(-0.7, len(gpus) - 0.3)
+    ax.set_xlabel("Memory one device offers to PyTorch (GiB); * = in the guide's matrix")
+    drawn = {"bars": bars, "labels": labels, "line": line, "need_text": need_text, "gpus": gpus,
+             "sizes": sizes, "fits": []}
+    update_gpu_fit(ax, drawn, report)
+    return drawn
+
+
+def update_gpu_fit(ax: Any, drawn: dict[str, Any], report: MemoryReport) -> dict[str, Any]:
+    """Show ``report`` on a chart from ``draw_gpu_fit``: colours, labels, the line and the title
+    change in place (the bars' lengths and names stay)."""
+    gpus, sizes = drawn["gpus"], drawn["sizes"]
+    need = report.total_bytes / GiB
+    fits = [gpu_fits(g, report) for g in gpus]
+    # The x axis grows in steps of 1.5x past the largest GPU, so most changes keep it (and the
+    # explorer repaints only what changed).
+    steps = math.ceil(math.log(need / max(sizes), 1.5)) if need > max(sizes) else 0
+    right = max(sizes) * 1.45 * 1.5 ** steps
+    for i, (gpu, size, fit, patch, label) in enumerate(
+            zip(gpus, sizes, fits, drawn["bars"].patches, drawn["labels"])):
+        patch.set_facecolor(FIT_COLOR if fit else NO_FIT_COLOR)
         text = headroom_text(gpu, report)
         note = fit_note(gpu, report)
         if note:
             text = f"{text}; {note}"
         price = price_text(gpu)
-        labels.append(ax.text(size + right * 0.01, i, text + (f"  {price}" if price else ""),
-                              va="center", fontsize=7.5, color="black" if fit else ALERT_COLOR))
-    line = ax.axvline(need, color=ALERT_COLOR, lw=1.6, zorder=3)
-    ax.text(need + right * 0.008, 0.995, f"needs {need:,.1f} GiB",
-            transform=ax.get_xaxis_transform(), ha="left", va="top", fontsize=8,
-            color=ALERT_COLOR, bbox=dict(fc="white", ec="none", pad=1), zorder=4)
-    ax.set_xlim(0, right)
-    ax.set_ylim(-0.7, len(gpus) - 0.3)
-    ax.set_xlabel("Memory one device offers to PyTorch (GiB); * = in the guide's matrix")
-    n_fit = sum(fits)
-    ax.set_title(f"{report.model.name}: {report._settings_line()}\nfits on {n_fit} of "
+        label.set_text(text + (f"  {price}" if price else ""))
+        label.set_position((size + right * 0.01, i))
+        label.set_color("black" if fit else ALERT_COLOR)
+    drawn["line"].set_xdata([need, need])
+    drawn["need_text"].set_position((need + right * 0.008, 0.995))
+    drawn["need_text"].set_text(f"needs {need:,.1f} GiB")
+    if ax.get_xlim() != (0, right):
+        ax.set_xlim(0, right)
+    ax.set_title(f"{report.model.name}: {report._settings_line()}\nfits on {sum(fits)} of "
                  f"{len(gpus)} GPUs", fontsize=9)
-    return {"bars": bars, "labels": labels, "line": line, "gpus": gpus, "fits": fits}
+    drawn["fits"] = fits
+    return drawn
+
+
+def gpu_fit_live_artists(ax: Any, drawn: dict[str, Any]) -> list[Any]:
+    """What a new report changes on a ``draw_gpu_fit`` chart, in drawing order (bars under the
+    spines, labels and the line, as in a full draw), the title last."""
+    artists = [*drawn["bars"].patches, *ax.spines.values(), *drawn["labels"], drawn["line"],
+               drawn["need_text"]]
+    return sorted(artists, key=lambda a: a.get_zorder()) + [ax.title]
 
 
 # ----- cost and time across environments ---------------------------------------------------

@@ -206,16 +206,35 @@ def gpu_matrix_explorer(model: Any = "7B", gpus: list[Any] | None = None, *,
         report = _estimate(controls["model"].value, **estimate_settings(controls, fixed))
         shown = fixed_gpus if fixed_gpus is not None else list_gpus(
             in_guide=True if controls["gpu_set"].value == "Guide's four" else None)
-        ax.clear()
-        explorer.drawn = charts.draw_gpu_fit(ax, report, shown)
+        names = sorted(g.name for g in shown)
+        if explorer.drawn is not None and explorer.shown_names == names:
+            charts.update_gpu_fit(ax, explorer.drawn, report)  # same bars: change them in place
+        else:
+            ax.clear()
+            explorer.drawn = charts.draw_gpu_fit(ax, report, shown)
+            explorer.shown_names = names
         explorer.report = report
         return fit_summary(report, shown)
 
-    return explorer_class()(
+    def static_key() -> tuple:
+        return (0, tuple(explorer_names()), tuple(ax.get_xlim()))
+
+    def explorer_names() -> list[str]:
+        return [g.name for g in (holder[0].drawn or {}).get("gpus", [])] if holder else []
+
+    def live() -> list[Any]:
+        return charts.gpu_fit_live_artists(ax, holder[0].drawn)
+
+    holder: list[Any] = []
+
+    explorer = explorer_class()(
         "gpu-matrix", controls, update, figure,
         [["model", "method"], ["precision", "optimizer"], ["batch_size", "seq_len"],
          ["lora_rank", "gradient_checkpointing"], ["gpu_set"]],
-        link=precision_follows_method(controls), report=None, drawn=None)
+        link=precision_follows_method(controls), report=None, drawn=None, shown_names=None)
+    holder.append(explorer)
+    explorer._static_key, explorer._live = static_key, live
+    return explorer
 
 
 def environment_rows(recommendation: Any) -> list[dict[str, Any]]:

@@ -566,3 +566,30 @@ def test_the_environment_chart_has_a_legend_of_its_tier_colours():
     for row, bar in zip(explorer.rows, explorer.drawn["bars"].patches):
         assert to_hex(bar.get_facecolor()) == to_hex(charts.TIER_COLORS[row["tier"]])
 
+
+
+def test_the_gpu_matrix_redraws_in_place_with_the_same_pixels_as_a_full_draw():
+    import numpy as np
+    from PIL import Image
+
+    explorer = widgets.gpu_matrix_explorer("7B", method="lora")
+    bars = explorer.drawn["bars"]
+    changes = [("batch_size", 8), ("method", "qlora"), ("gpu_set", "All 22 GPUs"),
+               ("batch_size", 2), ("model", "70B"), ("method", "full"), ("gpu_set", "Guide's four"),
+               ("seq_len", 4096), ("seq_len", 1024), ("model", "gpt2")]
+    for name, value in changes:
+        control = explorer.controls[name]
+        if name == "gpu_set":
+            value = next(o for o in control.options if o.startswith(value.split()[0]))
+        control.value = value
+        assert explorer.error is None, explorer.error
+        shown = np.asarray(Image.open(io.BytesIO(explorer._png)).convert("RGB"))
+        explorer.figure.canvas.draw()
+        full = np.asarray(explorer.figure.canvas.buffer_rgba())[:, :, :3]
+        assert shown.shape == full.shape and (shown == full).all(), (name, value)
+        report = estimate(explorer.controls["model"].value, **settings_of(explorer))
+        assert explorer.drawn["fits"] == [g.fits(report) for g in explorer.drawn["gpus"]]
+    assert bars is not explorer.drawn["bars"]  # another GPU set was drawn afresh
+    bars = explorer.drawn["bars"]
+    explorer.controls["batch_size"].value = 4  # same GPUs: the same bars, changed in place
+    assert explorer.drawn["bars"] is bars
