@@ -13,6 +13,7 @@ peak.
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -71,7 +72,19 @@ def gpu_usable_bytes(gpu: Any) -> float:
 
 
 def gpu_fits(gpu: Any, report: MemoryReport) -> bool:
-    return report.total_bytes <= gpu_usable_bytes(gpu)
+    """The run's peak fits in the GPU's memory and current PyTorch wheels can run on it."""
+    return (bool(field(gpu, "current_wheels", default=True))
+            and report.total_bytes <= gpu_usable_bytes(gpu))
+
+
+def fit_note(gpu: Any, report: MemoryReport) -> str:
+    """What changes on this GPU: no kernels in current wheels, or fp16 instead of bf16."""
+    if not field(gpu, "current_wheels", default=True):
+        return "no kernels in current PyTorch wheels"
+    if field(gpu, "native_bf16", default=True) is False and "bf16" in str(
+            report.settings.get("precision", "")):
+        return "no native bf16: runs in fp16 (same memory)"
+    return ""
 
 
 def usable_text(gpu: Any) -> str:
@@ -147,6 +160,39 @@ def _segments(report: MemoryReport) -> dict[str, float]:
     seg = {key: report.breakdown.get(key, 0) / GiB for key in CATEGORIES}
     seg["other"] = sum(v for k, v in report.breakdown.items() if k not in CATEGORIES) / GiB
     return seg
+
+
+LABEL_HEIGHT = 0.055  # a GPU line's label, as a fraction of the axis height (7.5 pt text)
+
+
+def axis_top(peaks: Sequence[float], lines: Sequence[float]) -> float:
+    """The y axis' top (GiB): the tallest bar and the nearest GPU line above it, so that a small
+    LoRA/QLoRA bar is read against the cards it fits on, not against the largest one."""
+    peak = max(peaks)
+    above = [s for s in lines if s >= peak]
+    if not above:
+        return peak * 1.4  # room for the note that it does not fit
+    return max(peak * 1.15, min(above) * 1.12)
+
+
+def ways_to_fit(report: MemoryReport) -> list[str]:
+    """What would bring this run's peak down, given the settings it already has."""
+    s = report.settings
+    ways = []
+    if s.get("method") == "full":
+        ways.append("LoRA/QLoRA")
+    elif s.get("method") == "lora":
+        ways.append("QLoRA (4-bit base weights)")
+    if not s.get("gradient_checkpointing"):
+        ways.append("gradient checkpointing")
+    if s.get("method") != "qlora" and (s.get("n_gpus", 1) == 1 or s.get("zero_stage", 0) < 3):
+        ways.append("more GPUs with ZeRO-3/FSDP" if s.get("n_gpus", 1) == 1
+                    else "ZeRO-3/FSDP to shard the weights")
+    if s.get("method") == "full" and not s.get("offload_optimizer"):
+        ways.append("optimizer offload")
+    if s.get("batch_size", 1) > 1:
+        ways.append("a smaller batch")
+    return ["Try " + ", ".join(ways)] if ways else ["A larger GPU or a smaller model"]
 
 
 def default_label(report: MemoryReport) -> str:
@@ -255,25 +301,28 @@ class BreakdownChart:
         if xlabels != self.xlabels:
             self.ax.set_xticklabels(list(xlabels), fontsize=8)
             self.xlabels = xlabels
-        top = max([*(r.total_bytes / GiB for r in reports), *(s for s, _ in self.lines)])
-        top *= 1.4 if too_big else 1.15
+        top = axis_top([r.total_bytes / GiB for r in reports], [s for s, _ in self.lines])
         self.ax.set_ylim(0, top)
         self._thin_gpu_labels(top)
         if too_big:
             which = "" if len(reports) == 1 else f"Bar {', '.join(str(i + 1) for i in too_big)}: "
             self.note.set_text(
                 f"{which}does not fit on any single GPU (largest: {self.largest_name}).\n"
-                f"Use LoRA/QLoRA, more GPUs with ZeRO/FSDP, or offload.")
+                + textwrap.fill("; ".join(ways_to_fit(reports[too_big[0]])) + ".", 62))
         else:
             self.note.set_text("")
         if len(reports) == 1:
             self.ax.set_title(reports[0]._settings_line(), fontsize=9)
 
     def _thin_gpu_labels(self, top: float) -> None:
-        # Labels of lines closer than 4% of the axis to the last shown one would overlap.
-        shown = -1.0
-        for (size, _), text in zip(self.lines, self.gpu_texts):
-            visible = size - shown >= 0.04 * top
+        # A label sits on top of its line and is LABEL_HEIGHT of the axis tall: it is shown only
+        # where no other line crosses it and it does not overlap the last label shown.
+        height = LABEL_HEIGHT * top
+        sizes = [size for size, _ in self.lines]
+        shown = -math.inf
+        for i, (size, text) in enumerate(zip(sizes, self.gpu_texts)):
+            above = sizes[i + 1] if i + 1 < len(sizes) else math.inf
+            visible = size - shown >= height and above - size >= height and size < top - height
             text.set_visible(visible)
             if visible:
                 shown = size
@@ -333,40 +382,72 @@ def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any]) -> dict[str
 
     The required peak is a vertical line; labels give the headroom (or shortfall) and the price
     per hour; the guide's four GPUs (``in_guide``) are drawn with a dark edge and bold names.
+    ``update_gpu_fit`` shows another report on the same artists.
     """
     gpus = sorted(gpus, key=lambda g: (gpu_usable_bytes(g), gpu_label(g)))
     if not gpus:
         raise LessonkitError("draw_gpu_fit needs at least one GPU record.")
-    need = report.total_bytes / GiB
     sizes = [gpu_usable_bytes(g) / GiB for g in gpus]
-    fits = [gpu_fits(g, report) for g in gpus]
     guide = [bool(field(g, "in_guide", default=False)) for g in gpus]
     y = list(range(len(gpus)))
-    bars = ax.barh(y, sizes, height=0.65, color=[FIT_COLOR if f else NO_FIT_COLOR for f in fits],
+    bars = ax.barh(y, sizes, height=0.65, color=NO_FIT_COLOR,
                    edgecolor=["black" if g else "none" for g in guide], linewidth=1.4, zorder=2)
     ax.set_yticks(y)
     ax.set_yticklabels([f"{gpu_label(g)}{' *' if gd else ''} ({gpu_memory_gb(g):g} GB card)"
                         for g, gd in zip(gpus, guide)], fontsize=8)
     for tick, gd in zip(ax.get_yticklabels(), guide):
         tick.set_fontweight("bold" if gd else "normal")
-    right = max(max(sizes), need) * 1.45
-    labels = []
-    for i, (gpu, size, fit) in enumerate(zip(gpus, sizes, fits)):
-        text = headroom_text(gpu, report)
-        price = price_text(gpu)
-        labels.append(ax.text(size + right * 0.01, i, text + (f"  {price}" if price else ""),
-                              va="center", fontsize=7.5, color="black" if fit else ALERT_COLOR))
-    line = ax.axvline(need, color=ALERT_COLOR, lw=1.6, zorder=3)
-    ax.text(need + right * 0.008, 0.995, f"needs {need:,.1f} GiB",
-            transform=ax.get_xaxis_transform(), ha="left", va="top", fontsize=8,
-            color=ALERT_COLOR, bbox=dict(fc="white", ec="none", pad=1), zorder=4)
-    ax.set_xlim(0, right)
+    labels = [ax.text(0, i, "", va="center", fontsize=7.5) for i in y]
+    line = ax.axvline(0, color=ALERT_COLOR, lw=1.6, zorder=3)
+    need_text = ax.text(0, 0.995, "", transform=ax.get_xaxis_transform(), ha="left", va="top",
+                        fontsize=8, color=ALERT_COLOR, bbox=dict(fc="white", ec="none", pad=1),
+                        zorder=4)
     ax.set_ylim(-0.7, len(gpus) - 0.3)
     ax.set_xlabel("Memory one device offers to PyTorch (GiB); * = in the guide's matrix")
-    n_fit = sum(fits)
-    ax.set_title(f"{report.model.name}: {report._settings_line()}\nfits on {n_fit} of "
+    drawn = {"bars": bars, "labels": labels, "line": line, "need_text": need_text, "gpus": gpus,
+             "sizes": sizes, "fits": []}
+    update_gpu_fit(ax, drawn, report)
+    return drawn
+
+
+def update_gpu_fit(ax: Any, drawn: dict[str, Any], report: MemoryReport) -> dict[str, Any]:
+    """Show ``report`` on a chart from ``draw_gpu_fit``: colours, labels, the line and the title
+    change in place (the bars' lengths and names stay)."""
+    gpus, sizes = drawn["gpus"], drawn["sizes"]
+    need = report.total_bytes / GiB
+    fits = [gpu_fits(g, report) for g in gpus]
+    # The x axis grows in steps of 1.5x past the largest GPU, so most changes keep it (and the
+    # explorer repaints only what changed).
+    steps = math.ceil(math.log(need / max(sizes), 1.5)) if need > max(sizes) else 0
+    right = max(sizes) * 1.45 * 1.5 ** steps
+    for i, (gpu, size, fit, patch, label) in enumerate(
+            zip(gpus, sizes, fits, drawn["bars"].patches, drawn["labels"])):
+        patch.set_facecolor(FIT_COLOR if fit else NO_FIT_COLOR)
+        text = headroom_text(gpu, report)
+        note = fit_note(gpu, report)
+        if note:
+            text = f"{text}; {note}"
+        price = price_text(gpu)
+        label.set_text(text + (f"  {price}" if price else ""))
+        label.set_position((size + right * 0.01, i))
+        label.set_color("black" if fit else ALERT_COLOR)
+    drawn["line"].set_xdata([need, need])
+    drawn["need_text"].set_position((need + right * 0.008, 0.995))
+    drawn["need_text"].set_text(f"needs {need:,.1f} GiB")
+    if ax.get_xlim() != (0, right):
+        ax.set_xlim(0, right)
+    ax.set_title(f"{report.model.name}: {report._settings_line()}\nfits on {sum(fits)} of "
                  f"{len(gpus)} GPUs", fontsize=9)
-    return {"bars": bars, "labels": labels, "line": line, "gpus": gpus, "fits": fits}
+    drawn["fits"] = fits
+    return drawn
+
+
+def gpu_fit_live_artists(ax: Any, drawn: dict[str, Any]) -> list[Any]:
+    """What a new report changes on a ``draw_gpu_fit`` chart, in drawing order (bars under the
+    spines, labels and the line, as in a full draw), the title last."""
+    artists = [*drawn["bars"].patches, *ax.spines.values(), *drawn["labels"], drawn["line"],
+               drawn["need_text"]]
+    return sorted(artists, key=lambda a: a.get_zorder()) + [ax.title]
 
 
 # ----- cost and time across environments ---------------------------------------------------
@@ -413,7 +494,13 @@ def draw_environment_costs(ax: Any, rows: Sequence[Any]) -> dict[str, Any]:
     ax.set_yticklabels([textwrap.fill(d["name"], 24) for d in data], fontsize=8)
     ax.set_xlim(0, right)
     ax.set_xlabel("Cost of the run (USD)")
-    return {"bars": bars, "labels": labels, "rows": data}
+    from matplotlib.patches import Patch
+
+    tiers = [t for t in TIER_COLORS if any(d["tier"] == t for d in data)]
+    legend = ax.legend(handles=[Patch(color=TIER_COLORS[t], label=t) for t in tiers],
+                       title="tier", fontsize=7, title_fontsize=7, loc="lower right",
+                       frameon=True, framealpha=0.9) if tiers else None
+    return {"bars": bars, "labels": labels, "rows": data, "legend": legend}
 
 
 # ----- the guide's decision flow -----------------------------------------------------------

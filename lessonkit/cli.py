@@ -135,15 +135,14 @@ def run_vram(args: argparse.Namespace) -> int:
     if gpu is not None:
         need, have = report.total_bytes / GiB, gpu.usable_bytes / GiB
         verdict = "fits" if fits else "does NOT fit"
-        # Device memory in GiB, as cards are sized and as PyTorch reports it.
+        # Memory in GiB, as cards are sized and as PyTorch reports it (units.MEMORY_UNITS).
         print(f"\n{gpu.name} ({gpu.memory_gb:g} GB card): {have:.2f} GiB usable; this run needs "
-              f"{report.total_bytes / 1e9:.1f} GB ({need:.2f} GiB) per GPU: it {verdict}"
+              f"{need:.2f} GiB per GPU: it {verdict}"
               + (f" ({have - need:.2f} GiB to spare)" if fits
                  else f" (short by {need - have:.2f} GiB)") + ".")
         for flags, fix in fixes:
-            print(f"  It fits with {flags}: {fix.total_bytes / 1e9:.1f} GB "
-                  f"({fix.total_bytes / GiB:.2f} GiB, "
-                  f"{(gpu.usable_bytes - fix.total_bytes) / GiB:.2f} GiB to spare) per GPU.")
+            print(f"  It fits with {flags}: {fix.total_bytes / GiB:.2f} GiB per GPU "
+                  f"({(gpu.usable_bytes - fix.total_bytes) / GiB:.2f} GiB to spare).")
         if not fits and not fixes:
             print("  No single change tried here makes it fit (checkpointing, a smaller batch, "
                   "an 8-bit optimizer, LoRA/QLoRA, ZeRO-3 on up to 8 GPUs); "

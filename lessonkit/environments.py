@@ -7,6 +7,7 @@ limits, pros and cons, each environment with its source and as-of date.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -63,6 +64,28 @@ class Environment:
     detect: dict[str, Any] = field(default_factory=dict, compare=False)
     hints: dict[str, str] = field(default_factory=dict, compare=False)
     amortize_hours: float | None = None  # bought hardware: hours its price is spread over
+    session_hours: float | None = None   # longest session; a longer run resumes from a checkpoint
+    weekly_gpu_hours: float | None = None  # a free quota of GPU session hours per week
+    resume_across_sessions: bool = True  # False: a run must end within one session
+    resume_note: str = ""                # why a run is not planned across sessions here
+
+    def sessions_needed(self, hours: float) -> int:
+        """Sessions of at most ``session_hours`` a run of ``hours`` takes (1 without a limit)."""
+        if not self.session_hours or hours <= self.session_hours:
+            return 1
+        return math.ceil(hours / self.session_hours)
+
+    def too_long(self, hours: float) -> str:
+        """Why a run of ``hours`` breaks this environment's session or weekly limits ('' if not)."""
+        sessions = self.sessions_needed(hours)
+        if sessions > 1 and not self.resume_across_sessions:
+            return (f"the run takes {hours:,.1f} h, longer than one {self.session_hours:g} h "
+                    f"session ({sessions} sessions); {self.resume_note}")
+        if self.weekly_gpu_hours and hours > self.weekly_gpu_hours:
+            weeks = math.ceil(hours / self.weekly_gpu_hours)
+            return (f"the run takes {hours:,.1f} h, more than the {self.weekly_gpu_hours:g} GPU-hours "
+                    f"a week this free tier allows ({weeks} weeks of quota)")
+        return ""
 
     def hourly_cost(self, offer: Offer) -> float:
         """Typical dollars per GPU-hour, with bought hardware's price spread over its hours."""
@@ -137,7 +160,10 @@ def _environment_from_dict(entry: dict[str, Any]) -> Environment:
         cons=tuple(entry["cons"]), url=entry.get("url", ""), source=entry["source"],
         as_of=entry["as_of"], unconfirmed=tuple(entry.get("unconfirmed", ())),
         aliases=tuple(entry.get("aliases", ())), detect=dict(entry.get("detect", {})),
-        hints=dict(entry.get("hints", {})), amortize_hours=entry.get("amortize_hours"))
+        hints=dict(entry.get("hints", {})), amortize_hours=entry.get("amortize_hours"),
+        session_hours=entry.get("session_hours"), weekly_gpu_hours=entry.get("weekly_gpu_hours"),
+        resume_across_sessions=bool(entry.get("resume_across_sessions", True)),
+        resume_note=entry.get("resume_note", ""))
 
 
 @lru_cache(maxsize=1)
@@ -167,3 +193,26 @@ def get_environment(name: str | Environment) -> Environment:
         if key in {normalise_name(a) for a in (env.key, env.name, *env.aliases)}:
             return env
     raise LessonkitError(unknown_name_message(name, environment_keys(), "environment"))
+
+
+def offered_price(gpu: str | GPU) -> dict[str, Any] | None:
+    """The price range per GPU-hour that the catalog's rentals give one GPU, as gpus.json must
+    state it: the span of the GPU clouds' offers (tier 2) where there are any, else of the other
+    paid rentals (tiers 1 and 3, whose prices include the instance); typical is the median of
+    those offers' typical prices. None when nobody rents it out."""
+    wanted = get_gpu(gpu)
+    paid = [(e, o) for e in list_environments() if e.tier != 0 for o in e.offers
+            if o.gpu == wanted and not o.free]
+    chosen = [(e, o) for e, o in paid if e.tier == 2] or paid
+    if not chosen:
+        return None
+    typicals = sorted(o.price_per_hour.typical for _, o in chosen)
+    middle = len(typicals) // 2
+    typical = typicals[middle] if len(typicals) % 2 else (typicals[middle - 1] + typicals[middle]) / 2
+    names = [e.name for e, _ in chosen]
+    return {"low": min(o.price_per_hour.low for _, o in chosen),
+            "high": max(o.price_per_hour.high for _, o in chosen),
+            "typical": round(typical, 3),
+            "source": "the offers of " + ", ".join(names) + " in environments.json (each with its "
+                      "own price page)",
+            "as_of": max(e.as_of for e, _ in chosen)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Iterable
+from typing import Any, Iterable
 
 from .safe_repr import short_repr
 
@@ -71,3 +71,17 @@ def positive_number(value: object, what: str, *, maximum: float | None = None,
     if maximum is not None and value > maximum:
         raise LessonkitError(f"{what} must be at most {maximum:g}, got {value:g}.")
     return float(value)
+
+
+def safe_text(value: Any, *, name: bool = False, quoted: bool = False) -> str:
+    """``str(value)`` for a report (its ``.name`` with name=True, ``repr`` with quoted=True),
+    whatever the object's methods do."""
+    ways = [lambda: repr(value)] if quoted else [lambda: str(value), lambda: repr(value)]
+    if name:
+        ways.insert(0, lambda: str(value.name))
+    for way in ways:
+        try:
+            return way()
+        except Exception:
+            pass
+    return f"<{type(value).__name__} object>"

@@ -34,6 +34,7 @@ from typing import Any, Callable
 from .errors import LessonkitError
 
 CHART_DPI = 100
+NO_CHART = "No chart for this combination: the message above says why."
 
 
 def static_mode() -> bool:
@@ -109,8 +110,7 @@ def explorer_class() -> Any:
                 try:
                     self._link(change)
                 except Exception as exc:  # shown, never raised
-                    self.error = exc
-                    self.readout.value = _error_html(exc)
+                    self._show_error(exc)
                     return
                 finally:
                     self._linking = False
@@ -136,8 +136,7 @@ def explorer_class() -> Any:
                 readout = self._update(self)
                 png = self.png()
             except Exception as exc:  # a callback must not raise in front of a class
-                self.error = exc
-                self.readout.value = _error_html(exc)
+                self._show_error(exc)
                 return
             self.error = None
             self.readout.value = readout
@@ -146,6 +145,15 @@ def explorer_class() -> Any:
                     "text/plain": "<lessonkit chart>"}
             self.output.outputs = ({"output_type": "display_data", "data": data,
                                     "metadata": {}},)
+
+        def _show_error(self, exc: BaseException) -> None:
+            """The message in the readout, and no chart: the previous one would show its bars
+            under settings they do not belong to."""
+            self.error = exc
+            self.readout.value = _error_html(exc)
+            self._png = b""
+            self.output.outputs = ({"output_type": "stream", "name": "stdout",
+                                    "text": NO_CHART},)
 
         def png(self) -> bytes:
             """The figure as it is now, as PNG bytes."""
@@ -205,7 +213,8 @@ def explorer_class() -> Any:
                           "application/vnd.jupyter.widget-view+json": {
                               "version_major": 2, "version_minor": 0,
                               "model_id": self._model_id}}
-            bundle["image/png"] = base64.b64encode(self._png or self.png()).decode("ascii")
+            if self.error is None:
+                bundle["image/png"] = base64.b64encode(self._png or self.png()).decode("ascii")
             if static_mode():
                 bundle.pop("application/vnd.jupyter.widget-view+json", None)
                 bundle["text/plain"] = _plain_text(self.readout.value)

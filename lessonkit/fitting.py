@@ -38,6 +38,20 @@ CHECKPOINT_FLOPS = 2  # gradient checkpointing recomputes the forward
 # 1.4x LoRA's time on the same GPU (S. Raschka, "Practical Tips for Finetuning LLMs Using LoRA",
 # 2023: 39% longer for 33% less memory).
 QLORA_SLOWDOWN = 1.4
+TIGHT_FRACTION = 0.05  # headroom under 5% of the usable memory counts as a tight fit
+# Attention's own FLOPs grow with the sequence: per token and layer, Q.K^T and scores.V take
+# 4 x seq_len x (heads x head_dim) in the forward, twice that in the backward (Chowdhery et al.
+# 2022, "PaLM", appendix B: 6N + 12 L H Q T per token); checkpointing repeats the forward.
+ATTENTION_FLOPS = 12
+ATTENTION_CHECKPOINT_FLOPS = 4
+# Fixed time around the training steps (assumed, not measured): starting the machine and the
+# environment, then loading the bf16 weights (2 bytes per parameter) from the Hub or a disk, once
+# per session; saving a checkpoint of what is trained (full: fp32 weights and AdamW's two states,
+# 12 bytes per parameter; LoRA/QLoRA: the adapters, negligible) once per hour of training.
+STARTUP_HOURS = 5 / 60
+LOAD_BYTES_PER_SECOND = 200e6
+SAVE_BYTES_PER_SECOND = 500e6
+CHECKPOINT_BYTES_PER_PARAM = {"full": 12, "lora": 0, "qlora": 0}
 
 
 def assumptions() -> list[str]:
@@ -48,8 +62,15 @@ def assumptions() -> list[str]:
         f"fine-tuning (Kaplan et al. 2020), {FLOPS_PER_PARAM['lora']} x for LoRA/QLoRA (no weight "
         f"gradients), +{CHECKPOINT_FLOPS} x with gradient checkpointing; QLoRA takes "
         f"{QLORA_SLOWDOWN:g}x LoRA's time for dequantization (Raschka 2023).",
-        "Time = FLOPs / (GPUs x dense bf16 TFLOPS x MFU); several GPUs are assumed to scale "
-        "linearly, which is optimistic over PCIe.",
+        f"Attention adds {ATTENTION_FLOPS} x layers x heads x head_dim x seq_len FLOPs per token "
+        f"(+{ATTENTION_CHECKPOINT_FLOPS} x with checkpointing; PaLM, Chowdhery et al. 2022), so "
+        "longer sequences take longer per token.",
+        "Time = FLOPs / (GPUs x dense bf16 TFLOPS x MFU) plus fixed overheads: "
+        f"{STARTUP_HOURS * 60:.0f} min start-up and loading the bf16 weights at "
+        f"{LOAD_BYTES_PER_SECOND / 1e6:.0f} MB/s per session, and saving a checkpoint "
+        f"(full fine-tuning: {CHECKPOINT_BYTES_PER_PARAM['full']} bytes per parameter) at "
+        f"{SAVE_BYTES_PER_SECOND / 1e6:.0f} MB/s once per hour; several GPUs are assumed to "
+        "scale linearly, which is optimistic over PCIe.",
         "Memory: estimate(device='cuda') per GPU against the memory one device offers "
         f"(total_memory, e.g. about {t4.usable_text} on a {t4.memory_gb:g} GB T4).",
     ]
@@ -81,6 +102,17 @@ class Fit:
     @property
     def headroom_bytes(self) -> int:
         return self.usable_bytes - self.peak_bytes
+
+    @property
+    def tight(self) -> bool:
+        """It fits with less than 5% of the GPU left (95% or more used): fragmentation or a
+        longer batch can tip it into out-of-memory."""
+        return self.fits and self.headroom_bytes < TIGHT_FRACTION * self.usable_bytes
+
+    @property
+    def verdict(self) -> str:
+        """'fits', 'fits, tight' or 'does not fit'."""
+        return ("fits, tight" if self.tight else "fits") if self.fits else "does not fit"
 
     def settings_text(self) -> str:
         text = f"batch {self.batch_size} x {self.seq_len} tokens"
@@ -198,14 +230,41 @@ def find_fit(spec: ModelSpec, method: str, usable_bytes: int, count: int = 1, *,
     return fit
 
 
-def run_hours(spec: ModelSpec, method: str, tokens: float, tflops: float, count: int = 1,
-              mfu: float = DEFAULT_MFU, gradient_checkpointing: bool = False) -> float:
-    """Hours to train on ``tokens`` tokens with ``count`` GPUs of ``tflops`` dense TFLOPS each."""
-    per_token = (FLOPS_PER_PARAM[method] + (CHECKPOINT_FLOPS if gradient_checkpointing else 0))
-    seconds = per_token * spec.n_params * tokens / (count * tflops * 1e12 * mfu)
+def flops_per_token(spec: ModelSpec, method: str, seq_len: int = DEFAULT_SEQ,
+                    gradient_checkpointing: bool = False) -> float:
+    """Training FLOPs per token: the weights' matmuls plus attention over ``seq_len`` tokens."""
+    weights = FLOPS_PER_PARAM[method] + (CHECKPOINT_FLOPS if gradient_checkpointing else 0)
+    attention = ATTENTION_FLOPS + (ATTENTION_CHECKPOINT_FLOPS if gradient_checkpointing else 0)
+    return (weights * spec.n_params
+            + attention * spec.n_layers * spec.n_heads * spec.head_dim * seq_len)
+
+
+def compute_hours(spec: ModelSpec, method: str, tokens: float, tflops: float, count: int = 1,
+                  mfu: float = DEFAULT_MFU, gradient_checkpointing: bool = False,
+                  seq_len: int = DEFAULT_SEQ) -> float:
+    """Hours of training steps alone on ``tokens`` tokens (no start-up, no checkpoints)."""
+    seconds = (flops_per_token(spec, method, seq_len, gradient_checkpointing) * tokens
+               / (count * tflops * 1e12 * mfu))
     if method == "qlora":
         seconds *= QLORA_SLOWDOWN
     return seconds / 3600
+
+
+def overhead_hours(spec: ModelSpec, method: str, train_hours: float, sessions: int = 1) -> float:
+    """Fixed time around ``train_hours`` of steps: start-up and loading per session, and one
+    checkpoint save per hour of training (see the constants above)."""
+    startup = STARTUP_HOURS + 2 * spec.n_params / LOAD_BYTES_PER_SECOND / 3600
+    save = CHECKPOINT_BYTES_PER_PARAM[method] * spec.n_params / SAVE_BYTES_PER_SECOND / 3600
+    return sessions * startup + int(train_hours) * save
+
+
+def run_hours(spec: ModelSpec, method: str, tokens: float, tflops: float, count: int = 1,
+              mfu: float = DEFAULT_MFU, gradient_checkpointing: bool = False,
+              seq_len: int = DEFAULT_SEQ, sessions: int = 1) -> float:
+    """Hours a run on ``tokens`` tokens takes with ``count`` GPUs of ``tflops`` dense TFLOPS
+    each: the training steps (attention included) plus start-up and checkpoint saves."""
+    steps = compute_hours(spec, method, tokens, tflops, count, mfu, gradient_checkpointing, seq_len)
+    return steps + overhead_hours(spec, method, steps, sessions)
 
 
 def rentable_gpus() -> list[GPU]:

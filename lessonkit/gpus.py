@@ -76,6 +76,8 @@ class GPU:
     notes: str = ""
     aliases: tuple[str, ...] = ()
     visible_devices: int = 1
+    caveat: str = ""              # one line a beginner needs before renting it (ARM host, ROCm)
+    current_wheels: bool = True   # current PyTorch wheels carry kernels for it
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -100,8 +102,9 @@ class GPU:
         return f"{self.name} ({self.usable_text} usable)"
 
     def fits(self, report: Any) -> bool:
-        """True when a MemoryReport's per-GPU peak fits in one device of this GPU."""
-        return int(report.total_bytes) <= self.usable_bytes
+        """True when a MemoryReport's per-GPU peak fits in one device of this GPU and current
+        PyTorch wheels can run on it (not a P100: no sm_60 kernels)."""
+        return self.current_wheels and int(report.total_bytes) <= self.usable_bytes
 
     def to_dict(self) -> dict[str, Any]:
         price = self.price_per_hour
@@ -117,6 +120,7 @@ class GPU:
                 "low": price.low, "high": price.high, "typical": price.typical,
                 "source": price.source, "as_of": price.as_of},
             "in_guide": self.in_guide, "visible_devices": self.visible_devices,
+            "caveat": self.caveat, "current_wheels": self.current_wheels,
             "source": self.source, "as_of": self.as_of, "unconfirmed": list(self.unconfirmed),
             "notes": self.notes,
         }
@@ -236,3 +240,14 @@ def get_gpu(name: str | GPU) -> GPU:
     if found is None:
         raise LessonkitError(unknown_name_message(name, gpu_names(), "GPU"))
     return found
+
+
+def memory_units_note() -> str:
+    """The course's unit convention, with what a '16 GB' T4 shows to PyTorch."""
+    from .units import MEMORY_UNITS
+
+    t4 = get_gpu("T4")
+    return (f"{MEMORY_UNITS} A '{t4.memory_gb:g} GB' {t4.name} has {t4.memory_gb:g} GiB of chips, "
+            f"of which PyTorch can allocate about {t4.usable_text} (ECC and the driver keep the "
+            f"rest): a run must fit in that usable figure.")
+

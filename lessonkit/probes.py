@@ -11,7 +11,7 @@ import re
 import warnings
 from typing import Any
 
-from .health import SMOKE_SKIPPED, Device, HealthReport
+from .health_report import SMOKE_SKIPPED, Device, HealthReport
 from .units import GB, GiB
 
 TORCH_INSTALL = "https://pytorch.org/get-started/locally/"

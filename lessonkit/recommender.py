@@ -25,16 +25,16 @@ from typing import Any
 
 from .environments import TIERS, Environment, get_environment, list_environments
 from .errors import LessonkitError, choose, normalise_name, positive_int, positive_number
-from .fitting import (DEFAULT_BATCH, DEFAULT_MFU, DEFAULT_SEQ, METHOD_WORDS, assumptions,
-                      find_fit, method_label, needs_text, run_hours)
+from .fitting import (DEFAULT_BATCH, DEFAULT_MFU, DEFAULT_SEQ, METHOD_WORDS, TIGHT_FRACTION,
+                      assumptions, compute_hours, find_fit, method_label, needs_text, run_hours)
 from .models import ModelSpec, resolve_model
 from .options import METHODS
 from .settings import MAX_BATCH, MAX_SEQ
 from .units import GiB, format_hours, parse_count
+from .verdicts import guide_notes
 
 BUDGET_WORDS = {"free": 0.0, "low": 2.0, "high": math.inf}
 MAX_TOKENS = 1e14
-TIGHT_FRACTION = 0.05  # headroom under 5% of the usable memory counts as a tight fit
 
 
 @dataclass
@@ -58,6 +58,8 @@ class Option:
     usd_per_million_tokens: float = 0.0
     note: str = ""
     purchase_usd: tuple[float, float] | None = None
+    sessions: int = 1           # sessions of the environment's length, resuming from checkpoints
+    limit: str = ""             # why the run breaks the environment's session or weekly limits
 
     @property
     def headroom_bytes(self) -> int:
@@ -270,7 +272,7 @@ def recommend(model: Any, method: str | None = None, budget: Any = None, platfor
             continue
         fitting, broken = [], []
         for offer in env.offers:
-            if offer.broken:
+            if offer.broken or not offer.gpu.current_wheels:
                 count(f"not usable ({offer.gpu.name} on {env.name}: {offer.note or 'unsupported'})")
                 broken.append(offer)
                 continue
@@ -280,9 +282,12 @@ def recommend(model: Any, method: str | None = None, budget: Any = None, platfor
                     count("do not fit")
                 else:
                     fitting.append(option)
-        kept = []
+        kept, too_long = [], []
         for option in fitting:
-            if env.tier == 0 and not buying:
+            if option.limit:
+                count("break a session or weekly limit")
+                too_long.append(option)
+            elif env.tier == 0 and not buying:
                 count("need buying hardware")
             elif cap is not None and option.price_per_hour > cap + 1e-9:
                 count("over budget")
@@ -290,7 +295,8 @@ def recommend(model: Any, method: str | None = None, budget: Any = None, platfor
                 kept.append(option)
         rec.options += kept
         if not kept:
-            rec.left_out[env.key] = left_out_reason(env, fitting, broken, cap, buying)
+            rec.left_out[env.key] = left_out_reason(env, [o for o in fitting if not o.limit],
+                                                    broken, cap, buying, too_long)
     # Comfortable fits first, then cheapest = least money for the same work: the run's cost, or
     # dollars per million tokens.
     rec.options.sort(key=lambda o: (o.tight, o.cost_usd if o.cost_usd is not None else o.usd_per_million_tokens,
@@ -298,8 +304,6 @@ def recommend(model: Any, method: str | None = None, budget: Any = None, platfor
     found = {o.method for o in rec.options}
     rec.needs = [needs_text(spec, m, seq_len) for m in methods
                  if m not in found or spec.n_params > 3e10]
-    from .verdicts import guide_notes
-
     rec.guide = guide_notes(spec, rec)
     return rec
 
@@ -308,9 +312,13 @@ NOT_ON_PLATFORM = "not on the platform asked for"
 
 
 def left_out_reason(env: Environment, fitting: list[Option], broken: list[Any],
-                    cap: float | None, buying: bool) -> str:
-    """Why an environment offers nothing for the run: the first true reason of memory, buying
-    hardware, budget and availability (a setup that does not fit is never a budget question)."""
+                    cap: float | None, buying: bool, too_long: list[Option] | None = None) -> str:
+    """Why an environment offers nothing for the run: the first true reason of memory, session
+    or weekly limits, buying hardware, budget and availability (a setup that does not fit is
+    never a budget question)."""
+    if not fitting and too_long:
+        quickest = min(too_long, key=lambda o: o.hours or 0.0)
+        return f"{quickest.setup} would fit, but {quickest.limit}"
     if not fitting:
         if broken and len(broken) == len(env.offers):
             return "none of the GPUs it offers is usable: " + "; ".join(
@@ -339,11 +347,18 @@ def _option(spec: ModelSpec, env: Environment, offer: Any, method: str, batch: i
         hourly = env.hourly_cost(offer) * count
         per_gpu_low, per_gpu_high = env.hourly_range(offer)
         hours = cost = None
-        per_million = run_hours(spec, method, 1e6, gpu.bf16_tflops, count, mfu,
-                                fit.gradient_checkpointing) * hourly
+        sessions = 1
+        per_million = compute_hours(spec, method, 1e6, gpu.bf16_tflops, count, mfu,
+                                    fit.gradient_checkpointing, seq) * hourly
         if tokens:
-            hours = run_hours(spec, method, tokens, gpu.bf16_tflops, count, mfu,
-                              fit.gradient_checkpointing)
+            def timed(n: int) -> float:
+                return run_hours(spec, method, tokens, gpu.bf16_tflops, count, mfu,
+                                 fit.gradient_checkpointing, seq, sessions=n)
+            hours = timed(1)
+            # Each session starts and loads the model again, which can need one more session.
+            while env.sessions_needed(hours) > sessions:
+                sessions = env.sessions_needed(hours)
+                hours = timed(sessions)
             cost = hours * hourly
         note = (f"{method_label(method, gpu.native_bf16)} at {fit.settings_text()}: peak "
                 f"{fit.peak_bytes / GiB:.1f} of {gpu.usable_text} per GPU "
@@ -352,34 +367,28 @@ def _option(spec: ModelSpec, env: Environment, offer: Any, method: str, batch: i
                 + ("free" if price.high == 0 else f"${hourly:.2f}/h, "
                    f"${per_million:.2f} per million tokens")
                 + (f"; {format_hours(hours)} and ${cost:,.2f} for the run" if hours is not None else ""))
+        if count > 8:
+            note += f"; {count // 8} nodes of 8 GPUs in one job"
+        if sessions > 1:
+            note += (f"; {sessions} sessions of up to {env.session_hours:g} h, each resuming from "
+                     f"the last checkpoint")
+            if env.weekly_gpu_hours:
+                note += f", within one week's {env.weekly_gpu_hours:g} GPU-hours of quota"
+        if not gpu.native_bf16:
+            note += "; no native bf16 on this GPU: fp16 instead (same memory)"
         if offer.purchase_usd:
             low, high = offer.purchase_usd
             note += (f"; buy for ${low * count:,.0f}-{high * count:,.0f}, counted here spread over "
                      f"{env.amortize_hours:,.0f} h plus electricity")
         if offer.note:
             note += f" ({offer.note})"
+        if gpu.caveat:
+            note += f". Note: {gpu.caveat}"
         settings = {k: v for k, v in fit.shared_report.settings.items()
                     if k in ("method", "precision", "optimizer", "batch_size", "seq_len",
                              "gradient_checkpointing", "n_gpus", "zero_stage")}
         return Option(env.key, env.name, env.tier_name, gpu.name, count, method, True,
                       fit.peak_bytes, gpu.usable_bytes, settings, hourly,
                       (per_gpu_low * count, per_gpu_high * count), hours, cost, per_million, note,
-                      offer.purchase_usd)
+                      offer.purchase_usd, sessions, env.too_long(hours) if hours else "")
     return None
-
-
-# ----- the health check's verdict --------------------------------------------------------
-def health_verdict(report: Any, model: Any) -> list[str]:
-    """What ``model`` can be fine-tuned on the report's GPUs, or, without one, where instead."""
-    from .verdicts import device_lines, no_gpu_lines
-
-    from .health import safe_text
-
-    try:
-        spec = resolve_model(model)
-    except LessonkitError as err:
-        return [f"No verdict for model {safe_text(model, quoted=True)}: {err}"]
-    usable = report.usable_devices
-    if usable:
-        return device_lines(spec, usable)
-    return no_gpu_lines(spec)

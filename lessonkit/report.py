@@ -129,15 +129,15 @@ class MemoryReport:
         title = f"{self.model.name} ({self.model.n_params / 1e9:.2f}B params): {self._settings_line()}"
         lines = [title] + ([f"{'source':<22}{self.source}"] if self.source != "estimate" else [])
         for label, value in self.rows():
-            lines.append(f"  {label:<20}{value / GB:>10.2f} GB")
-        lines.append(f"  {'Peak per GPU':<20}{self.total_bytes / GB:>10.2f} GB"
-                     f"  ({self.total_bytes / GiB:.2f} GiB, during the {self.peak_phase})")
+            lines.append(f"  {label:<20}{value / GiB:>10.2f} GiB")
+        lines.append(f"  {'Peak per GPU':<20}{self.total_bytes / GiB:>10.2f} GiB"
+                     f"  (during the {self.peak_phase})")
         lines += [f"  - {a}" for a in self.assumptions]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         body = "".join(
-            f"<tr><td>{html.escape(label)}</td><td style='text-align:right'>{value / GB:.2f} GB</td></tr>"
+            f"<tr><td>{html.escape(label)}</td><td style='text-align:right'>{value / GiB:.2f} GiB</td></tr>"
             for label, value in self.rows()
         )
         notes = "".join(f"<li>{html.escape(a)}</li>" for a in self.assumptions)
@@ -146,7 +146,7 @@ class MemoryReport:
             f"({self.model.n_params / 1e9:.2f}B params): {html.escape(self._settings_line())}"
             f"<br><small>{html.escape(self.source)}</small>"
             f"<table>{body}<tr><th>Peak per GPU</th><th style='text-align:right'>"
-            f"{self.total_bytes / GB:.2f} GB</th></tr></table>"
+            f"{self.total_bytes / GiB:.2f} GiB</th></tr></table>"
             f"<small>Peak during the {self.peak_phase}.</small>"
             f"{'<ul>' + notes + '</ul>' if notes else ''}</div>"
         )

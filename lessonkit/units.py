@@ -11,6 +11,21 @@ GB = 10**9
 GiB = 2**30
 MiB = 2**20
 
+# The course's one convention for memory: GiB (2**30 bytes) in every text, readout and chart.
+MEMORY_UNITS = (
+    f"Memory is in GiB (gibibytes, 2**30 = {GiB:,} bytes) throughout: GPU memory is built in "
+    "binary sizes, PyTorch reports GiB (torch.cuda memory figures and out-of-memory messages), and "
+    "the charts draw GiB. A card's name keeps its maker's 'GB': an '80 GB' A100 has 80 GiB of "
+    "memory chips. Decimal GB (10**9 bytes) appear only where the guide or a datasheet is quoted, "
+    f"converted next to it: 1 GB = {GB / GiB:.3f} GiB, so the guide's 120-160 GB is "
+    f"{120 * GB / GiB:.1f}-{160 * GB / GiB:.1f} GiB.")
+
+
+def gb_as_gib(gb: float, digits: int = 1) -> str:
+    """A decimal-GB figure as quoted, with its GiB: '14 GB (13.0 GiB)'."""
+    return f"{gb:g} GB ({gb * GB / GiB:,.{digits}f} GiB)"
+
+
 _BYTE_UNITS = {
     "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,

@@ -31,7 +31,7 @@ from .models import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
 from .options import DTYPE_BYTES
 from .report import MemoryReport
 from .settings import RunSettings, validate_run
-from .units import GB
+from .units import GiB
 
 GPT2_DROPOUT = 0.1  # transformers' GPT2Config default for resid/embd/attn dropout
 NF4_BLOCK, NF4_NESTED_BLOCK = 64, 256
@@ -447,7 +447,7 @@ class _Step:
                          "one micro-batch, but gradients stay allocated between them.")
         logits = 4 * s.batch_size * s.seq_len * spec.vocab_size
         notes.append(f"Logits: the loss upcasts the logits to fp32 and keeps the log-softmax "
-                     f"({logits / GB:.2f} GB for a vocabulary of {spec.vocab_size:,}); "
+                     f"({logits / GiB:.2f} GiB for a vocabulary of {spec.vocab_size:,}); "
                      "their gradients appear at the start of backward.")
         if s.n_gpus > 1 or s.zero_stage:
             kind = {0: "DDP: everything replicated, plus gradient buckets as large as the "
@@ -465,11 +465,11 @@ class _Step:
             notes.append(f"{s.n_gpus} GPUs, {kind}; figures are per GPU.")
         if s.offload_optimizer:
             notes.append("Optimizer states offloaded to CPU RAM: 0 on the GPU (the CPU needs "
-                         f"{self.offload_bytes / GB:.1f} GB for them and the step).")
+                         f"{self.offload_bytes / GiB:.1f} GiB for them and the step).")
         if s.device == "cuda":
             const = cuda_constants()
             ratio = const["allocator_margin_ratio"] - 1
-            notes.append(f"CUDA context {const['cuda_context_bytes'] / GB:.2f} GB and an "
+            notes.append(f"CUDA context {const['cuda_context_bytes'] / GiB:.2f} GiB and an "
                          f"allocator margin of {ratio:.0%} of the tensor peak "
                          f"(source: {const['source']}; as of {const['as_of']}).")
         else:

@@ -37,7 +37,7 @@ from .controls import (CONTROL_NAMES, GPU_COUNTS, LORA_RANKS, MODEL_SIZES, SEQ_L
                        precision_follows_method, split_defaults, sync_enabled)
 from .explorer import CHART_DPI, explorer_class, new_figure, static_mode
 from .fitting import method_label
-from .units import GB, GiB, format_hours
+from .units import GiB, format_hours
 
 __all__ = [
     "CHART_DPI", "CONTROL_NAMES", "GPU_COUNTS", "GUIDE_ANSWERS", "LORA_RANKS", "MODEL_SIZES",
@@ -56,7 +56,7 @@ def _estimate(model: Any, **settings: Any) -> Any:
 
 def peak_html(report: Any) -> str:
     total = report.total_bytes
-    return (f"<b>Peak per GPU: {total / GB:,.1f} GB</b> ({total / GiB:,.1f} GiB, during the "
+    return (f"<b>Peak per GPU: {total / GiB:,.1f} GiB</b> (during the "
             f"{html.escape(str(report.peak_phase))})")
 
 
@@ -84,16 +84,45 @@ def precision_words(settings: dict[str, Any]) -> str:
 
 
 def setup_html(report: Any) -> str:
-    """HTML: method, precision (in words) and optimizer of the estimate shown."""
+    """HTML: method, precision (in words) and optimizer of the estimate shown; for LoRA and
+    QLoRA the adapters' rank and target modules."""
     s = report.settings
-    return (f"{html.escape(str(s.get('method')))}, precision "
+    text = (f"{html.escape(str(s.get('method')))}, precision "
             f"<b>{html.escape(str(s.get('precision')))}</b> "
             f"({html.escape(precision_words(s))}), {html.escape(str(s.get('optimizer')))}")
+    if s.get("method") in ("lora", "qlora") and s.get("lora_targets"):
+        targets = ", ".join(str(t) for t in s["lora_targets"])
+        text += f"; LoRA rank {s.get('lora_rank')} on {html.escape(targets)}"
+    return text
+
+
+def ddp_note(report: Any) -> str:
+    """HTML: why several GPUs at ZeRO-0 raise the per-GPU peak ('' otherwise)."""
+    s = report.settings
+    if s.get("n_gpus", 1) <= 1 or s.get("zero_stage", 0) != 0:
+        return ""
+    one = _estimate(report.model, **{**_plain_settings(s), "n_gpus": 1, "zero_stage": 0})
+    rise = report.total_bytes - one.total_bytes
+    change = (f"the per-GPU peak rises by {rise / GiB:,.1f} GiB over one GPU" if rise >= 0.05 * GiB
+              else "the per-GPU peak stays that of one GPU (the trainable part is small)")
+    return (f"<br>{s['n_gpus']} GPUs at ZeRO-0 (plain DDP): every GPU keeps the whole model, "
+            f"its gradients and optimizer states, plus DDP's gradient buckets (as large as the "
+            f"gradients), so {change}. ZeRO-1/2/3 (or FSDP) shard the states, gradients and "
+            f"weights over the GPUs.")
+
+
+def _plain_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k != "estimated"}
 
 
 def fit_summary(report: Any, gpus: list[Any] | None = None) -> str:
-    """HTML: the peak per GPU (GB, with GiB), the setup, the catalog GPUs it fits on (smallest
-    first) and the smallest one's headroom; device memory and headroom in GiB."""
+    """HTML: the peak per GPU (GiB), the setup, the catalog GPUs it fits on (smallest
+    first) and the smallest one's headroom; device memory and headroom in GiB; with several
+    GPUs at ZeRO-0, why the per-GPU peak does not fall."""
+    return _fit_lines(report, gpus) + ddp_note(report)
+
+
+def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
     where = "in the catalog" if gpus is None else "shown"
     gpus = charts.catalog_gpus() if gpus is None else gpus
     head = f"{peak_html(report)}<br>Setup: {setup_html(report)}"
@@ -178,16 +207,35 @@ def gpu_matrix_explorer(model: Any = "7B", gpus: list[Any] | None = None, *,
         report = _estimate(controls["model"].value, **estimate_settings(controls, fixed))
         shown = fixed_gpus if fixed_gpus is not None else list_gpus(
             in_guide=True if controls["gpu_set"].value == "Guide's four" else None)
-        ax.clear()
-        explorer.drawn = charts.draw_gpu_fit(ax, report, shown)
+        names = sorted(g.name for g in shown)
+        if explorer.drawn is not None and explorer.shown_names == names:
+            charts.update_gpu_fit(ax, explorer.drawn, report)  # same bars: change them in place
+        else:
+            ax.clear()
+            explorer.drawn = charts.draw_gpu_fit(ax, report, shown)
+            explorer.shown_names = names
         explorer.report = report
         return fit_summary(report, shown)
 
-    return explorer_class()(
+    def static_key() -> tuple:
+        return (0, tuple(explorer_names()), tuple(ax.get_xlim()))
+
+    def explorer_names() -> list[str]:
+        return [g.name for g in (holder[0].drawn or {}).get("gpus", [])] if holder else []
+
+    def live() -> list[Any]:
+        return charts.gpu_fit_live_artists(ax, holder[0].drawn)
+
+    holder: list[Any] = []
+
+    explorer = explorer_class()(
         "gpu-matrix", controls, update, figure,
         [["model", "method"], ["precision", "optimizer"], ["batch_size", "seq_len"],
          ["lora_rank", "gradient_checkpointing"], ["gpu_set"]],
-        link=precision_follows_method(controls), report=None, drawn=None)
+        link=precision_follows_method(controls), report=None, drawn=None, shown_names=None)
+    holder.append(explorer)
+    explorer._static_key, explorer._live = static_key, live
+    return explorer
 
 
 def environment_rows(recommendation: Any) -> list[dict[str, Any]]:
@@ -247,7 +295,7 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
                     "this run.</b>")
         cheapest = min(possible, key=lambda r: (r["cost"], r["hours"]))
         fastest = min(possible, key=lambda r: r["hours"])
-        return (f"Cheapest: {html.escape(cheapest['name'])} on "
+        return (f"Cheapest run: {html.escape(cheapest['name'])} on "
                 f"{html.escape(cheapest['gpu'])}, ${cheapest['cost']:,.2f} "
                 f"({format_hours(cheapest['hours'])}). Fastest: {html.escape(fastest['name'])} on "
                 f"{html.escape(fastest['gpu'])}, {format_hours(fastest['hours'])} "
@@ -316,8 +364,9 @@ def decision_readout(path: list[str], rec: Any) -> str:
         lines = [f"The guide's flow has no branch for {esc(spec.name)} models."]
     capped = rec.budget is not None and rec.budget != math.inf
     budget = f"budget at most ${rec.budget:.2f}/h" if capped else "no budget limit"
-    lines.append(f"<code>lessonkit.recommend</code> for {esc(spec.name)} ({budget}), the "
-                 f"cheapest setup that fits per method:")
+    lines.append(f"<code>lessonkit.recommend</code> for {esc(spec.name)} ({budget}): per method, "
+                 f"the setup that fits with the cheapest work (dollars per million training "
+                 f"tokens, not the lowest price per hour):")
     best = rec.best_per_method()
     for method in ("qlora", "lora", "full"):
         option = best.get(method)
@@ -327,7 +376,8 @@ def decision_readout(path: list[str], rec: Any) -> str:
                 why = f"nothing within ${rec.budget:.2f}/h; {why}"
             lines.append(f"{esc(METHOD_WORDS[method])}: {esc(why)}")
             continue
-        price = "free" if option.price_per_hour == 0 else f"${option.price_per_hour:,.2f}/h"
+        price = ("free" if option.price_per_hour == 0 else f"${option.price_per_hour:,.2f}/h, "
+                 f"${option.usd_per_million_tokens:,.2f} per million tokens")
         if option.purchase_usd:
             low, high = (v * option.count for v in option.purchase_usd)
             cards = "cards" if option.count > 1 else "card"
@@ -336,7 +386,9 @@ def decision_readout(path: list[str], rec: Any) -> str:
         s = option.settings
         run = f"batch {s['batch_size']} x {s['seq_len']}" + (
             " with checkpointing" if s["gradient_checkpointing"] else "")
+        caveat = get_gpu(option.gpu).caveat
         lines.append(f"{esc(label)}: <b>{esc(option.setup)}</b> on {esc(option.name)}, peak "
-                     f"{option.peak_bytes / GB:,.1f} GB ({option.peak_bytes / GiB:,.1f} GiB) per "
-                     f"GPU at {run}, {esc(price)}")
+                     f"{option.peak_bytes / GiB:,.1f} GiB per "
+                     f"GPU at {run}, {esc(price)}"
+                     + (f" <small>(note: {esc(caveat)})</small>" if caveat else ""))
     return "<br>".join(lines)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 from pathlib import Path
 from typing import Iterator
 
@@ -108,6 +109,30 @@ def wait_for_change(page: object, explorer: object, before: tuple[str, str],
     return state(explorer)
 
 
+def chart_latency_ms(page: object, explorer: object, handle: object, key: str) -> float:
+    """Milliseconds from a key press on a control to a new chart picture in the page."""
+    page.evaluate(
+        """(node) => {
+            const chart = node.querySelector('.lessonkit-chart');
+            const before = chart.querySelector('img') && chart.querySelector('img').getAttribute('src');
+            window.__lessonkit = {t0: null, t1: null};
+            document.addEventListener('keydown', () => { window.__lessonkit.t0 = performance.now(); },
+                                      {capture: true, once: true});
+            const observer = new MutationObserver(() => {
+                const img = chart.querySelector('img');
+                if (img && img.getAttribute('src') !== before && window.__lessonkit.t1 === null) {
+                    window.__lessonkit.t1 = performance.now();
+                    observer.disconnect();
+                }
+            });
+            observer.observe(chart, {childList: true, subtree: true, attributes: true});
+        }""", explorer.element_handle())
+    handle.focus()
+    page.keyboard.press(key)
+    page.wait_for_function("() => window.__lessonkit.t1 !== null", timeout=30_000, polling=20)
+    return page.evaluate("() => window.__lessonkit.t1 - window.__lessonkit.t0")
+
+
 def assert_no_errors(page: object, server: lab.LabServer, name: str, explorer: object) -> None:
     assert lab.error_outputs(page) == []
     assert "Cannot show this combination" not in explorer.locator(".lessonkit-readout").inner_text()
@@ -140,10 +165,18 @@ def test_vram_explorer_in_jupyterlab(page: object, server: lab.LabServer) -> Non
     page.keyboard.press("ArrowRight")
     moved = wait_for_change(page, explorer, lora)
     assert slider_value.inner_text().strip() == "2"
-    peaks = [float(re.search(r"Peak per GPU: ([\d,.]+) GB", r).group(1).replace(",", ""))
+    peaks = [float(re.search(r"Peak per GPU: ([\d,.]+) GiB", r).group(1).replace(",", ""))
              for r, _ in (lora, moved)]
     assert peaks[1] > peaks[0], peaks
     shot(page, "01_vram_explorer-3-batch-2", explorer)
+    # Control change to new chart, as the student sees it (target: 150 ms median on 2 CPUs;
+    # printed, not asserted: speed is measured, not timed in tests).
+    times = [chart_latency_ms(page, explorer, handle, key)
+             for key in ["ArrowRight", "ArrowLeft"] * 5]
+    assert all(t > 0 for t in times)
+    print(f"\nvram explorer in the browser: control change to new chart, median "
+          f"{statistics.median(times):.0f} ms (min {min(times):.0f}, max {max(times):.0f}, "
+          f"n={len(times)})")
     shot(page, "01_vram_equation-page")
     assert_no_errors(page, server, name, explorer)
     check_timeline_explorer(page, server, name)

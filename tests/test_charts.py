@@ -156,8 +156,8 @@ def test_static_key_and_live_artists_split_what_a_data_change_redraws():
     assert live[-1] is ax.title
     zorders = [a.get_zorder() for a in live[:-1]]
     assert zorders == sorted(zorders)  # bars first, labels over them, as a full draw
-    smaller = make_report(weights=10e9, activations=2e9)
-    chart.update(smaller)  # under the largest GPU line: the axes stay the same
+    smaller = make_report(weights=15e9, activations=2e9)
+    chart.update(smaller)  # under the same nearest GPU line: the axes stay the same
     assert chart.static_key() == key
     chart.update(HUGE)
     assert chart.static_key() != key
@@ -212,6 +212,22 @@ def test_gpu_fit_colours_bars_by_the_catalogs_own_fit_test_and_gives_headroom_in
         assert ticks[gpu.name].endswith(f"({gpu.memory_gb:g} GB card)")
     assert any(gpu.fits(report) for gpu in gpus) and not all(gpu.fits(report) for gpu in gpus)
     assert f"fits on {sum(g.fits(report) for g in gpus)} of {len(gpus)}" in ax.get_title()
+
+
+def test_gpu_fit_never_says_a_bf16_run_fits_without_bf16_or_without_kernels():
+    small = make_report(weights=5e9)
+    gpus = [get_gpu(n) for n in ("T4", "V100 16GB", "P100 16GB", "A100 80GB")]
+    drawn = charts.draw_gpu_fit(new_ax(), small, gpus)
+    by_name = {g.name: (fit, label.get_text()) for g, fit, label
+               in zip(drawn["gpus"], drawn["fits"], drawn["labels"])}
+    assert by_name["P100 16GB"][0] is False and "no kernels" in by_name["P100 16GB"][1]
+    for name in ("T4", "V100 16GB"):  # bf16 asked, fp16 said
+        assert by_name[name][0] and "no native bf16: runs in fp16" in by_name[name][1]
+    assert "fp16" not in by_name["A100 80GB"][1]
+    fp32 = MemoryReport(model=small.model, settings={**small.settings, "precision": "fp32"},
+                        breakdown=dict(small.breakdown), peak_phase="backward")
+    assert charts.fit_note(get_gpu("T4"), fp32) == ""
+    assert "fits on 3 of 4" in charts.draw_gpu_fit(new_ax(), small, gpus)["line"].axes.get_title()
 
 
 def test_environment_costs_draws_costs_and_marks_impossible_rows():

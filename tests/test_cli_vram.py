@@ -28,7 +28,7 @@ def test_prints_the_breakdown_the_api_computes(capsys) -> None:
                          "4", "--seq-len", "1024")
     expected = estimate("llama-2-7b", method="qlora", precision="bf16", batch_size=4, seq_len=1024)
     assert code == 0 and not err
-    assert f"{expected.total_bytes / GB:.2f} GB" in out
+    assert f"{expected.total_bytes / GiB:.2f} GiB" in out and " GB" not in out.replace("GB card", "")
     for label in ("Weights", "Activations", "CUDA context", "Peak per GPU"):
         assert label in out
 
@@ -93,7 +93,7 @@ def test_precision_defaults_to_the_methods_usual_one(capsys) -> None:
     # the course's LoRA of 7B on a 4090: it fits at the default precision
     code, out, _ = run(capsys, "--model", "7B", "--method", "LoRA", "--gpu", "rtx4090")
     lora = estimate("7B", method="lora", precision="bf16")
-    assert code == 0 and "it fits" in out and f"{lora.total_bytes / GB:.1f} GB (" in out
+    assert code == 0 and "it fits" in out and f"needs {lora.total_bytes / GiB:.2f} GiB per GPU" in out
     # an explicit precision is kept; without native bf16 full fine-tuning runs in fp16-mixed
     code, out, _ = run(capsys, "--model", "7B", "--method", "lora", "--precision", "bf16-mixed",
                        "--json")
@@ -114,14 +114,13 @@ def test_a_run_that_does_not_fit_gets_changes_that_do(capsys) -> None:
                        "--gpu", "rtx4090")
     assert code == 1
     fix = estimate("7B", method="lora", precision="bf16")
-    assert (f"It fits with --precision bf16: {fix.total_bytes / GB:.1f} GB "
-            f"({fix.total_bytes / GiB:.2f} GiB, ") in out
+    assert f"It fits with --precision bf16: {fix.total_bytes / GiB:.2f} GiB per GPU (" in out
     code, out, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--batch-size", "4",
                        "--seq-len", "1024", "--gpu", "t4")
     ckpt = estimate("llama-2-7b", method="qlora", precision="bf16", batch_size=4, seq_len=1024,
                     gradient_checkpointing=True)
     assert code == 1
-    assert f"It fits with --gradient-checkpointing: {ckpt.total_bytes / GB:.1f} GB" in out
+    assert f"It fits with --gradient-checkpointing: {ckpt.total_bytes / GiB:.2f} GiB" in out
     lines = [line for line in out.splitlines() if line.startswith("  It fits with")]
     assert 1 <= len(lines) <= 2 and "--gradient-checkpointing --batch-size" not in out
     # each suggestion, run as printed, really fits

@@ -110,3 +110,23 @@ def test_fits_compares_the_peak_with_usable_memory():
     full = estimate("7B", method="full")
     assert t4.fits(qlora) == (qlora.total_bytes <= t4.usable_bytes) is True
     assert not t4.fits(full)
+
+
+def test_catalog_prices_are_the_span_of_the_environments_offers():
+    """A GPU's price range in gpus.json says what the offers in environments.json say."""
+    from lessonkit.environments import offered_price
+
+    for gpu in list_gpus():
+        offered = offered_price(gpu)
+        if offered is None:
+            assert gpu.price_per_hour is None, gpu.name
+            continue
+        price = gpu.price_per_hour
+        assert (price.low, price.high, price.typical) == pytest.approx(
+            (offered["low"], offered["high"], offered["typical"])), gpu.name
+        assert price.source == offered["source"] and price.as_of == offered["as_of"]
+    # The cases that disagreed: RunPod's RTX A6000 and MI300X, Vast.ai's H200.
+    assert get_gpu("RTX A6000").price_per_hour.low <= 0.49
+    assert get_gpu("MI300X").price_per_hour.high >= 2.49
+    assert get_gpu("H200").price_per_hour.low <= 2.3
+

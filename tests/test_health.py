@@ -121,7 +121,7 @@ COLAB = Platform("colab", "Google Colab", ("module google.colab",), ("colab-free
 def test_this_machine_gives_a_report_that_says_what_to_do_next():
     report = check_gpu_health()
     assert report.status in health.STATUSES
-    text = str(report)
+    text = " ".join(str(report).split())
     if not report.has_usable_gpu:
         assert report.status in ("no_gpu", "error")
         assert "T4" in text and "QLoRA" in text  # what the free GPU can do, from the calculator
@@ -286,6 +286,9 @@ def test_outputs_are_complete(machine):
     data = json.loads(report.to_json())
     assert data["status"] == "ok" and data["devices"][0]["compute_capability"] == [7, 5]
     text = str(report)
+    assert max(len(line) for line in text.splitlines()) <= 100  # wrapped between words
+    assert not any(line.endswith(("-", "_")) for line in text.splitlines())
+    text = " ".join(text.split())
     assert f"{T4['total_memory'] / GiB:.1f} GiB total" in text
     assert "native bf16 no" in text and "Google Colab" in text
     assert "Tesla T4" in report._repr_html_()

@@ -10,8 +10,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[1] / "lessonkit"
 
 
@@ -120,7 +118,5 @@ def test_hf_and_models_import_one_way():
     assert "models" not in graph["hf"]
 
 
-@pytest.mark.xfail(strict=False, reason="circles left to break: health <-> recommender <-> "
-                                        "verdicts and probes <-> health (work under way)")
 def test_no_import_circles_in_the_package():
     assert cycles(import_graph()) == []

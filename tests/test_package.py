@@ -163,12 +163,12 @@ def test_readme_python_example_runs_and_prints_what_it_says(capsys):
     out = capsys.readouterr().out
     report = namespace["report"]
     assert report.settings["method"] == "qlora" and report.settings["gradient_checkpointing"]
-    claimed = re.search(r"peak per GPU: ([\d.]+) GB, during the (\w+)", code)
+    claimed = re.search(r"peak per GPU: ([\d.]+) GiB, during the (\w+)", code)
     assert claimed, "the README's comment no longer states the peak"
-    from lessonkit.units import GB
+    from lessonkit.units import GiB
 
-    assert claimed.group(1) == f"{report.total_bytes / GB:.2f}" and claimed.group(2) == report.peak_phase
-    assert f"{report.total_bytes / GB:.2f} GB" in out
+    assert claimed.group(1) == f"{report.total_bytes / GiB:.2f}" and claimed.group(2) == report.peak_phase
+    assert f"{report.total_bytes / GiB:.2f} GiB" in out
 
 
 def test_readme_python_example_as_a_script_prints_what_the_cli_prints():
@@ -220,7 +220,7 @@ def test_readme_cli_examples_run_and_print_what_it_says():
     without = subprocess.run([sys.executable, "-m", "lessonkit", *argv], capture_output=True,
                              text=True, env=env, timeout=120)
     assert without.returncode == 1
-    need = re.search(r"this run needs ([\d.]+ GB)", without.stdout).group(1)
+    need = re.search(r"this run needs ([\d.]+ GiB)", without.stdout).group(1)
     fix = next(line.strip() for line in without.stdout.splitlines() if "It fits with" in line)
     assert f"the run above needs {need}" in readme and f"`{fix}`" in readme
     for line in _readme_block("The same from a shell:", "text").splitlines():

@@ -9,7 +9,8 @@ import pytest
 
 from lessonkit import LessonkitError, estimate, get_environment, get_gpu, recommend
 from lessonkit.environments import list_environments
-from lessonkit.fitting import QLORA_SLOWDOWN, find_fit, run_hours, usual_precision
+from lessonkit.fitting import (QLORA_SLOWDOWN, compute_hours, find_fit, run_hours,
+                               usual_precision)
 from lessonkit.models import resolve_model
 from lessonkit.units import GiB
 
@@ -82,7 +83,7 @@ def test_without_a_budget_the_workstation_is_compared_at_its_amortized_price():
                                                       * option.count)
         assert option.cost_usd == pytest.approx(option.hours * option.price_per_hour)
     # A machine you would buy is never offered as one to rent.
-    from lessonkit.verdicts import no_gpu_lines
+    from lessonkit.machine_verdict import no_gpu_lines
 
     assert not any(env.name in line for line in no_gpu_lines(rec.model))
 
@@ -140,7 +141,10 @@ def test_70b_needs_a_cluster_for_lora_and_says_so_for_full(r70b):
     assert lora and all(o.count > 1 or get_gpu(o.gpu).usable_memory_gib > 100 for o in lora)
     assert any(o.gpu == "A100 80GB" and o.count == 8 for o in lora)
     full = [o for o in r70b.options if o.method == "full"]
-    assert not any(o.gpu == "A100 80GB" for o in full)  # the guide's 8x A100 cluster
+    assert not any(o.gpu == "A100 80GB" and o.count <= 8 for o in full)  # the guide's 8x A100
+    # Enterprise clouds run one job over several 8-GPU nodes, so a full fine-tune has an answer.
+    nodes = [o for o in full if o.tier == "enterprise" and o.count > 8]
+    assert nodes and all(f"{o.count // 8} nodes of 8 GPUs" in o.note for o in nodes)
     # Weights, gradients and AdamW states alone are 16 bytes per parameter over the GPUs.
     assert all(o.count * o.usable_bytes >= 16 * r70b.model.n_params for o in full)
     flow = next(g for g in r70b.guide if g.startswith("Flow '70B"))
@@ -149,27 +153,78 @@ def test_70b_needs_a_cluster_for_lora_and_says_so_for_full(r70b):
     assert qlora.fits and any("true for QLoRA only" in g for g in r70b.guide)
 
 
-def test_time_and_cost_follow_6_n_t_at_the_stated_mfu(r70b):
+def test_time_and_cost_follow_6_n_t_plus_attention_and_overheads_at_the_stated_mfu(r70b):
     option = r70b.options[0]
     gpu = get_gpu(option.gpu)
     spec = r70b.model
-    per_token = {"full": 6, "lora": 4, "qlora": 4}[option.method]
-    per_token += 2 if option.settings["gradient_checkpointing"] else 0
-    hours = per_token * spec.n_params * 20e6 / (option.count * gpu.bf16_tflops * 1e12 * 0.35) / 3600
-    hours *= QLORA_SLOWDOWN if option.method == "qlora" else 1
-    assert option.hours == pytest.approx(hours)
-    assert option.cost_usd == pytest.approx(hours * option.price_per_hour)
+    ckpt = option.settings["gradient_checkpointing"]
+    per_token = {"full": 6, "lora": 4, "qlora": 4}[option.method] + (2 if ckpt else 0)
+    attention = (12 + (4 if ckpt else 0)) * spec.n_layers * spec.n_heads * spec.head_dim * 512
+    steps = ((per_token * spec.n_params + attention) * 20e6
+             / (option.count * gpu.bf16_tflops * 1e12 * 0.35) / 3600)
+    steps *= QLORA_SLOWDOWN if option.method == "qlora" else 1
+    startup = 5 / 60 + 2 * spec.n_params / 200e6 / 3600
+    save = 12 * spec.n_params / 500e6 / 3600 if option.method == "full" else 0.0
+    assert option.hours == pytest.approx(steps + startup + int(steps) * save)
+    assert option.cost_usd == pytest.approx(option.hours * option.price_per_hour)
     slower = recommend("70B", tokens="20M", mfu=0.175)
     same = next(o for o in slower.options if (o.environment, o.gpu, o.count, o.method) ==
                 (option.environment, option.gpu, option.count, option.method))
-    assert same.hours == pytest.approx(2 * option.hours)
+    assert same.hours == pytest.approx(2 * steps + startup + int(2 * steps) * save)
 
 
-def test_lora_is_two_thirds_of_full_and_qlora_slower_than_lora():
+def test_lora_skips_weight_gradients_and_qlora_is_slower_than_lora():
     spec = resolve_model("7B")
-    full = run_hours(spec, "full", 1e7, 312)
-    assert run_hours(spec, "lora", 1e7, 312) == pytest.approx(full * 2 / 3)
-    assert run_hours(spec, "qlora", 1e7, 312) == pytest.approx(full * 2 / 3 * QLORA_SLOWDOWN)
+    full = compute_hours(spec, "full", 1e7, 312)
+    lora = compute_hours(spec, "lora", 1e7, 312)
+    assert full * 2 / 3 < lora < full
+    assert compute_hours(spec, "qlora", 1e7, 312) == pytest.approx(lora * QLORA_SLOWDOWN)
+
+
+def test_run_time_grows_with_the_sequence_and_counts_fixed_overheads():
+    spec = resolve_model("qwen2.5-0.5b")
+    short, long = (compute_hours(spec, "full", 1e7, 312, seq_len=n) for n in (128, 32768))
+    assert long > 2 * short  # attention's FLOPs grow with the tokens each token attends to
+    assert run_hours(spec, "full", 1e7, 312, seq_len=128) > short + 5 / 60
+    assert run_hours(spec, "lora", 1e7, 312, sessions=3) == pytest.approx(
+        run_hours(spec, "lora", 1e7, 312) + 2 * (5 / 60 + 2 * spec.n_params / 200e6 / 3600))
+
+
+def test_free_tiers_keep_their_session_and_weekly_limits():
+    long = recommend("7B", method="qlora", tokens=1e8)
+    assert not any(o.environment in ("colab-free", "kaggle") for o in long.options)
+    assert "longer than one 12 h session" in long.left_out["colab-free"]
+    assert "30 GPU-hours a week" in long.left_out["kaggle"]
+    assert "break a session or weekly limit" in long.rejected
+    for option in long.options:
+        env = get_environment(option.environment)
+        assert env.session_hours is None or option.hours <= option.sessions * env.session_hours
+    # A run of about a day on a T4: too long for one free Colab session, three Kaggle sessions.
+    mid = recommend("7B", method="qlora", tokens=3e7)
+    kaggle = next(o for o in mid.options if o.environment == "kaggle")
+    assert 12 < kaggle.hours <= 30 and kaggle.sessions == math.ceil(kaggle.hours / 12)
+    assert f"{kaggle.sessions} sessions of up to 12 h" in kaggle.note and "quota" in kaggle.note
+    assert "colab-free" in mid.left_out and not any(o.environment == "colab-free" for o in mid.options)
+    short = recommend("0.5B", method="qlora", tokens=1e6)
+    colab = next(o for o in short.options if o.environment == "colab-free")
+    assert colab.sessions == 1 and colab.hours < 12
+
+
+def test_gpus_without_current_kernels_or_native_bf16_are_handled():
+    rec = recommend("7B", tokens=1e7)
+    assert not any(get_gpu(o.gpu).name == "P100 16GB" for o in rec.options)
+    assert not get_gpu("P100").current_wheels and "sm_60" in get_gpu("P100").caveat
+    for o in rec.options:
+        if not get_gpu(o.gpu).native_bf16:
+            assert "fp16" in o.note and "in bf16" not in o.note
+            assert o.method != "full" or o.settings["precision"] == "fp16-mixed"
+
+
+def test_arm_and_rocm_gpus_carry_a_caveat():
+    rec = recommend("7B", method="qlora", tokens=1e7)
+    for name, word in (("GH200", "aarch64"), ("MI300X", "ROCm")):
+        options = [o for o in rec.options if o.gpu == name]
+        assert options and all(word in o.note for o in options), name
 
 
 def test_a_run_no_setup_can_hold_says_so_clearly():
@@ -297,3 +352,21 @@ def test_tight_fits_rank_after_comfortable_ones(model, budget):
     for o in options:
         assert o.tight == (o.usable_bytes - o.peak_bytes < 0.05 * o.usable_bytes)
     assert not options[0].tight
+
+
+def test_the_health_verdict_and_the_decision_readout_carry_the_caveats_too():
+    from lessonkit.machine_verdict import no_gpu_lines
+    from lessonkit.widgets import decision_readout
+
+    lines = no_gpu_lines(resolve_model("7B"))
+    for line in lines:
+        for gpu in ("GH200", "MI300X"):
+            if f"x {gpu} on" in line:
+                assert get_gpu(gpu).caveat in line
+    rec = recommend("7B")
+    html_text = decision_readout(["goal", "size", "budget", "colab_lambda"], rec)
+    for option in rec.best_per_method().values():
+        caveat = get_gpu(option.gpu).caveat
+        if caveat:
+            assert caveat.replace("'", "&#x27;").replace('"', "&quot;") in html_text
+

@@ -15,7 +15,7 @@ import lessonkit
 from lessonkit import LessonkitError, estimate
 from lessonkit.models import get_preset
 from lessonkit.report import CATEGORIES
-from lessonkit.units import GB
+from lessonkit.units import GB, GiB
 from lessonkit.vram import cuda_constants
 
 BASE = [
@@ -170,7 +170,9 @@ def test_report_shape_and_phases() -> None:
     assert cpu.breakdown["cuda_context"] == cpu.breakdown["allocator_margin"] == 0
     assert cpu.total_bytes == r.tensor_bytes
     text, html = str(r), r._repr_html_()
-    assert f"{r.total_bytes / GB:.2f} GB" in text and "<table>" in html
+    assert f"{r.total_bytes / GiB:.2f} GiB" in text and f"{r.total_bytes / GiB:.2f} GiB" in html
+    assert " GB" not in text and " GB" not in html  # one unit for memory: GiB
+    assert "<table>" in html
     json.dumps(r.to_dict(), default=str)
     assert len(r.assumptions) >= 5
 
