@@ -254,8 +254,8 @@ def test_odd_answers_are_described_not_echoed():
 def test_a_right_answer_still_passes_after_the_odd_ones():
     from lessonkit.exercises import answer_key
 
-    assert check("01.1", answer_key("01.1"), show=False).correct is True
-    assert check("05.3", "no", show=False).correct is True
+    for qid in ("01.1", "05.3"):
+        assert check(qid, answer_key(qid), show=False).correct is True
 
 
 # ----- random answers -------------------------------------------------------------------------

@@ -188,7 +188,8 @@ def test_readme_python_example_as_a_script_prints_what_the_cli_prints():
     assert "GPU health check:" in cli[0] and cli[1].startswith("Recommendation for 70B")
     assert "HealthReport(" not in script.stdout and "Recommendation(" not in script.stdout
     breakdown = script.stdout[: -len(cli[0] + cli[1])]
-    assert re.search(r"[\d.]+ GB", breakdown)
+    promised = re.search(r"peak per GPU: ([\d.]+ GiB)", code)  # what the comment says it prints
+    assert promised and promised.group(1) in breakdown
 
 
 def test_readme_gives_the_measured_size_of_the_environment():
