@@ -54,8 +54,9 @@ class Fix:
     def line(self) -> str:
         text = f"{self.title}: {self.how}"
         if self.peak_bytes is not None:
-            text += (f" -> peak {self.peak_bytes / 1e9:,.1f} GB ({gib(self.peak_bytes)}"
-                     f"{f', {gib(self.spare_bytes)} to spare' if self.spare_bytes is not None else ''})")
+            text += f" -> peak {gib(self.peak_bytes)}"
+            if self.spare_bytes is not None:
+                text += f" ({gib(self.spare_bytes)} to spare)"
         return text
 
 
@@ -295,13 +296,11 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
     peak = report.total_bytes
     run = f"{report.model.name}, {report._settings_line()}"
     if budget is None:
-        d.findings.append(f"The estimate of your run ({run}) is {peak / 1e9:,.1f} GB "
-                          f"({gib(peak)}) per GPU. Give gpu= (e.g. 'T4') for changes that fit.")
+        d.findings.append(f"The estimate of your run ({run}) is {gib(peak)} per GPU. Give gpu= (e.g. 'T4') for changes that fit.")
         return []
     target = budget
     if peak > budget:
-        d.findings.append(f"The estimate of your run ({run}) is {peak / 1e9:,.1f} GB "
-                          f"({gib(peak)}) per GPU, {gib(peak - budget)} more than the "
+        d.findings.append(f"The estimate of your run ({run}) is {gib(peak)} per GPU, {gib(peak - budget)} more than the "
                           f"{gib(budget)} it could have here.")
     else:
         held = m.process_bytes if m.process_bytes is not None else _this_process(m)[0]
