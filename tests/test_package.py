@@ -228,3 +228,10 @@ def test_readme_cli_examples_run_and_print_what_it_says():
         if "[" not in line:  # the check line shows optional flags
             assert subprocess.run([sys.executable, "-m", "lessonkit", *line.split()[1:]],
                                   capture_output=True, env=env, timeout=120).returncode == 0, line
+
+
+def test_the_release_tag_names_the_package_version():
+    """The tag every badge and install cell pins is this version's tag, so a version bump that
+    forgets the notebooks (or the reverse) fails here."""
+    data = _pyproject()
+    assert data["tool"]["lessonkit"]["release"] == "v" + data["project"]["version"]
