@@ -145,10 +145,12 @@ class _Step:
         self.layer_grads = sum(grad_dtype * math.prod(local(sh, g_stage))
                                for sh, _, trained in layer_params if trained)
         self.first_layer_grad = grad_dtype * math.prod(local(mlp_out, g_stage)) if full else 0
-        if s.gradient_accumulation > 1:
-            self.layer_grads = self.first_layer_grad = 0
-        self.head_grads = (self.p * spec.vocab_size * spec.hidden_size / (n if zero >= 2 else 1)
+        # lm_head's gradient, made at the start of backward (untied, full fine-tuning)
+        self.head_grads = (grad_dtype * math.prod(local((spec.vocab_size, spec.hidden_size),
+                                                        g_stage))
                            if full and not spec.tie_embeddings else 0)
+        if s.gradient_accumulation > 1:  # accumulated in place into the existing gradients
+            self.layer_grads = self.first_layer_grad = self.head_grads = 0
         # optimizer states: sharded from ZeRO-1
         shards = [(math.prod(local(sh, zero)), local(sh, zero), count) for sh, count in trainable]
         state = opt.state_bytes(s.optimizer, shards, grad_dtype, master)
@@ -197,10 +199,10 @@ class _Step:
                 out["params"] += g * numel
                 out["flat"] += g * padded
                 if trained:
-                    r = 4 if self.sharded_mixed else nbytes  # reduce-scatter and shards
+                    r = 4 if self.sharded_mixed else nbytes  # reduce-scatter in fp32
                     out["grads"] += g * numel
                     out["rs"] += r * padded
-                    out["shard"] += r * padded // n
+                    out["shard"] += nbytes * padded // n  # shards keep the parameter's dtype
             return out
 
         layer, root = sizes(layer_params), sizes(root_params)
@@ -323,30 +325,50 @@ class _Step:
         t, h, p = self.ctx.tokens, spec.hidden_size, self.p
         layers = spec.n_layers
         full = s.method == "full"
-        kept = p * t * h if s.gradient_checkpointing else self.layer_saved
+        ckpt = s.gradient_checkpointing
+        accumulating = s.gradient_accumulation > 1
+
+        def kept(i: int) -> int:
+            """What decoder layer ``i`` keeps for backward (the first may keep less)."""
+            if ckpt:
+                return p * t * h
+            return self.first_saved if i == 0 else self.layer_saved
+
+        def copies(i: int) -> int:
+            return 0 if ckpt else (self.first_copies if i == 0 else self.layer_copies)
+
+        def freed(j: int) -> tuple[int, int]:
+            """Activations and weight copies the last ``j`` layers kept (freed once done)."""
+            done = range(layers - j, layers)
+            return sum(kept(i) for i in done), sum(copies(i) for i in done)
+
         fw_end = dict(static, gradients=grads_fw,
                       activations=self.inputs + self.fw_layers + p * t * h
                       + 8 * s.batch_size * (s.seq_len + 1),
                       temporaries=self.fw_copies + f["root_params"] + f["layer_params"]
                       + f["layer_flat"])
         # gathering the last layer: the previous layer's buffer is freed only after it
-        fw_gather = dict(fw_end, activations=fw_end["activations"] - kept,
-                         temporaries=fw_end["temporaries"] - self.layer_copies
+        fw_gather = dict(fw_end, activations=fw_end["activations"] - kept(layers - 1),
+                         temporaries=fw_end["temporaries"] - copies(layers - 1)
                          + f["layer_flat"])
+        # lm_head's unsharded gradient, held until the root's reduction at the end
         head = (self.c if self.sharded_mixed else self.wp) * spec.vocab_size * h if full else 0
         moments = []
         for k in sorted({0, 1, layers - 2, layers - 1} & set(range(layers))):
             held = f["layer_rs"] if k else 0
-            end = dict(static, gradients=grads_fw + head + k * f["layer_shard"],
-                       activations=self.inputs + max(self.rope, self.fw_layers - (k + 1) * kept)
+            gone, gone_copies = freed(k + 1)
+            # with several micro-batches every shard exists already and is added to in place
+            shards = 0 if accumulating else k * f["layer_shard"]
+            end = dict(static, gradients=grads_fw + shards,
+                       activations=self.inputs + max(self.rope, self.fw_layers - gone)
                        + 2 * p * t * h,
-                       temporaries=max(0, self.bw_copies - (k + 1) * self.layer_copies)
+                       temporaries=max(0, self.bw_copies - gone_copies) + head
                        + f["root_params"] + f["layer_params"] + f["layer_grads"] + held
                        + (f["layer_flat"] if k < layers - 1 else 0))
             reduce = dict(end, temporaries=end["temporaries"] - f["layer_params"] - held
                           + f["layer_rs"])
             # its start: its activations still saved, its own gathered buffer not yet freed
-            start = dict(end, activations=end["activations"] + kept,
+            start = dict(end, activations=end["activations"] + kept(layers - 1 - k),
                          temporaries=end["temporaries"] - f["layer_grads"]
                          + (0 if k < layers - 1 else f["layer_flat"]))
             # inside its MLP's backward (as bw_layer without FSDP): down_proj's gradient done
@@ -356,7 +378,7 @@ class _Step:
                     start, activations=start["activations"] - 2 * p * t * h + extra,
                     temporaries=start["temporaries"] + temps + self.fsdp_first_grad
                     - (0 if k < layers - 1 else f["layer_flat"])))
-        layer_grads = self.gradients - f["root_shard"]
+        layer_grads = self.gradients - (0 if accumulating else f["root_shard"])
         root = dict(static, gradients=layer_grads, activations=self.inputs + 2 * p * t * h,
                     temporaries=f["layer_rs"] + f["root_params"] + f["root_grads"])
         root_reduce = dict(static, gradients=layer_grads, activations=self.inputs,
@@ -452,7 +474,9 @@ class _Step:
                        "gathered at a time, beside the next layer's all-gather buffer "
                        "(prefetched); in backward, add that layer's unsharded gradients and one "
                        "reduce-scatter buffer (the previous layer's, then its own): at most "
-                       "four layer-sized buffers at once"
+                       "four layer-sized buffers at once, beside lm_head's unsharded gradient "
+                       "(held until the root's reduction); with several micro-batches the "
+                       "gradient shards exist from the first and are added to in place"
                     }[s.zero_stage]
             notes.append(f"{s.n_gpus} GPUs, {kind}; figures are per GPU.")
         if s.offload_optimizer:
