@@ -36,6 +36,7 @@ NF4_BLOCK = 64
 NF4_NESTED_BLOCK = 256
 OPT8_BLOCK = 256
 OPT8_MIN_SIZE = 4096
+_LEGACY = [False]  # the stand-in keeps each 4-bit layer's input (bitsandbytes before 0.43.2)
 
 
 def nf4_bytes(numel: int, double_quant: bool) -> int:
@@ -66,10 +67,13 @@ def make_optimizer(params: list, name: str, precision: str, on_gpu: bool) -> Any
             return MasterWeightsAdamW(params, adamw, lr=lr)
         return adamw(params)
     if name in ("adamw-8bit", "paged-adamw-8bit"):
-        if on_gpu:
-            bnb = bitsandbytes()
-            if bnb is not None:
-                cls = bnb.optim.PagedAdamW8bit if name.startswith("paged") else bnb.optim.AdamW8bit
+        bnb = bitsandbytes()
+        if bnb is not None:  # on CPU too (paged states fall back to ordinary ones there)
+            import warnings
+
+            cls = bnb.optim.PagedAdamW8bit if name.startswith("paged") else bnb.optim.AdamW8bit
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
                 return cls(params, lr=lr)
         return AdamW8bitStandIn(params, lr=lr)
     if name == "sgd":
@@ -85,12 +89,48 @@ def make_optimizer(params: list, name: str, precision: str, on_gpu: bool) -> Any
 
 
 def bitsandbytes() -> Any:
-    """The bitsandbytes module where it is installed (it needs a GPU), else None."""
+    """The bitsandbytes module where it is installed and imports, else None. From 0.45 its
+    4-bit layers and 8-bit optimizers run on CPU too (0.50.2 also under FakeTensorMode)."""
+    import logging
+    import warnings
+
     try:
-        import bitsandbytes as bnb
-    except ImportError:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+            import bitsandbytes as bnb
+    except Exception:  # not installed, or no binary for this platform
         return None
     return bnb
+
+
+@contextlib.contextmanager
+def legacy_bnb_saves_input(active: bool) -> Iterator[None]:
+    """bitsandbytes before 0.43.2: ``MatMul4Bit.forward`` kept ``ctx.tensors = (A, B)``, the
+    layer's input beside the packed weight, when a gradient was needed (the line PR #1270
+    changed to ``(None, B)``). Restores that line around the current forward."""
+    bnb = bitsandbytes() if active else None
+    if bnb is None:
+        _LEGACY[0] = active  # the stand-in keeps the input the same way
+        try:
+            yield
+        finally:
+            _LEGACY[0] = False
+        return
+    fn = bnb.autograd._functions.MatMul4Bit
+    original = fn.forward
+
+    def forward(ctx: Any, A: torch.Tensor, B: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        out = original(ctx, A, B, *args, **kwargs)
+        if any(ctx.needs_input_grad[:2]):
+            ctx.tensors = (A, B)
+        return out
+
+    fn.forward = staticmethod(forward)
+    try:
+        yield
+    finally:
+        fn.forward = original
 
 
 def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -138,8 +178,10 @@ class _Dequantized(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, layer: "Linear4bitStandIn") -> torch.Tensor:
         ctx.layer = layer
+        if _LEGACY[0] and ctx.needs_input_grad[0]:
+            ctx.kept_input = x.to(layer.compute_dtype)  # bitsandbytes before 0.43.2
         weight = layer.dequantize()
-        return x.to(weight.dtype) @ weight.t()
+        return (x.to(weight.dtype) @ weight.t()).to(x.dtype)  # back to the input's dtype
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor, None]:
@@ -163,11 +205,16 @@ class Linear4bitStandIn(nn.Module):
             self.register_buffer("absmax", torch.zeros(blocks, dtype=torch.uint8, device=device))
             self.register_buffer("nested_absmax", torch.zeros(
                 math.ceil(blocks / NF4_NESTED_BLOCK), dtype=torch.float32, device=device))
+            self.register_buffer("nested_code", torch.zeros(256, dtype=torch.float32,
+                                                            device=device))
+            self.register_buffer("offset", torch.zeros((), dtype=torch.float32, device=device))
         else:
             self.register_buffer("absmax", torch.zeros(blocks, dtype=torch.float32, device=device))
+        self.register_buffer("code", torch.zeros(16, dtype=torch.float32, device=device))
         self.bias = bias
         if bias is not None:
             bias.requires_grad_(False)
+            bias.data = bias.data.to(compute_dtype)  # bitsandbytes casts it at its forward
 
     def dequantize(self) -> torch.Tensor:
         """The weight in the compute dtype: a fresh temporary, as bitsandbytes makes it."""
@@ -184,9 +231,10 @@ class Linear4bitStandIn(nn.Module):
 
 
 def quantize_linears(model: nn.Module, compute_dtype: torch.dtype, double_quant: bool,
-                     real: bool = False) -> int:
+                     real: bool = False, fake: bool = False) -> int:
     """Replace every frozen linear layer inside the decoder blocks by a Linear4bitStandIn
-    (or, with ``real`` and bitsandbytes installed, by bitsandbytes' Linear4bit on the GPU).
+    (or, with ``real`` and bitsandbytes installed, by bitsandbytes' Linear4bit: on the GPU,
+    or with ``fake`` on CPU under FakeTensorMode, quantized there by bitsandbytes itself).
 
     Embeddings, norms and ``lm_head`` stay as they are (as in transformers' default). Works on a
     peft model too: LoRA's own ``lora_A``/``lora_B`` layers are left alone. Returns the count.
@@ -207,7 +255,10 @@ def quantize_linears(model: nn.Module, compute_dtype: torch.dtype, double_quant:
                 in_f, out_f = child.weight.shape
             else:
                 continue
-            if bnb is not None:
+            if bnb is not None and fake:
+                setattr(module, child_name, _fake_bnb_linear4bit(bnb, child, in_f, out_f,
+                                                                 compute_dtype, double_quant))
+            elif bnb is not None:
                 setattr(module, child_name, _bnb_linear4bit(bnb, child, in_f, out_f,
                                                             compute_dtype, double_quant))
             else:
@@ -216,6 +267,56 @@ def quantize_linears(model: nn.Module, compute_dtype: torch.dtype, double_quant:
                     device=child.weight.device))
             count += 1
     return count
+
+
+def _fake_bnb_linear4bit(bnb: Any, child: nn.Module, in_f: int, out_f: int,
+                         compute_dtype: torch.dtype, double_quant: bool) -> nn.Module:
+    """bitsandbytes Linear4bit (NF4) on fake CPU tensors: ``child``'s weight, in the compute
+    dtype (as a 16-bit checkpoint is loaded), quantized by ``bitsandbytes.functional``; the
+    packed weight carries its QuantState as a Params4bit does."""
+    import bitsandbytes.functional as F
+
+    weight = child.weight.detach()
+    if weight.shape != (out_f, in_f):  # transformers' Conv1D stores the transpose
+        weight = weight.t().contiguous()
+    packed, state = F.quantize_4bit(weight.to(compute_dtype), blocksize=NF4_BLOCK,
+                                    compress_statistics=double_quant, quant_type="nf4")
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # the module itself (its placeholder weight) is not fake
+        layer = bnb.nn.Linear4bit(in_f, out_f, bias=False, compute_dtype=compute_dtype,
+                                  compress_statistics=double_quant, quant_type="nf4",
+                                  device="meta")
+    layer.weight = nn.Parameter(packed, requires_grad=False)
+    layer.weight.quant_state = state
+    if child.bias is not None:
+        layer.bias = nn.Parameter(child.bias.detach(), requires_grad=False)
+    return layer
+
+
+_QMAPS: dict[tuple, torch.Tensor] = {}
+
+
+def prepare_fake_bitsandbytes() -> None:
+    """bitsandbytes builds its 8-bit quantization maps from Python values (``tolist``), which
+    fake tensors cannot give: build each map outside FakeTensorMode (same values)."""
+    import bitsandbytes.functional as F
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    original = getattr(F.create_dynamic_map, "__wrapped__", F.create_dynamic_map)
+
+    def create_dynamic_map(signed: bool = True, max_exponent_bits: int = 7,
+                           total_bits: int = 8) -> torch.Tensor:
+        key = (signed, max_exponent_bits, total_bits)
+        if key not in _QMAPS:
+            with unset_fake_temporarily():
+                _QMAPS[key] = original(signed, max_exponent_bits, total_bits)
+        return _QMAPS[key]
+
+    create_dynamic_map.__wrapped__ = original
+    F.create_dynamic_map = create_dynamic_map
+    if "dynamic" not in F.name2qmap:
+        F.name2qmap["dynamic"] = create_dynamic_map()
 
 
 def _bnb_linear4bit(bnb: Any, child: nn.Module, in_f: int, out_f: int,

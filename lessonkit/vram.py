@@ -45,9 +45,15 @@ def cuda_constants() -> dict[str, Any]:
 
 
 def _nf4_bytes(numel: int, double_quant: bool) -> int:
+    """One NF4 weight as bitsandbytes stores it: the packed values, the absmax constants, and
+    its QuantState's own code tables (the 16 NF4 values; with double quantization the 256-entry
+    8-bit map and the fp32 offset), all fp32."""
     blocks = math.ceil(numel / NF4_BLOCK)
-    constants = blocks + 4 * math.ceil(blocks / NF4_NESTED_BLOCK) if double_quant else 4 * blocks
-    return (numel + 1) // 2 + constants
+    if double_quant:
+        constants = blocks + 4 * math.ceil(blocks / NF4_NESTED_BLOCK) + 4 * 256 + 4
+    else:
+        constants = 4 * blocks
+    return (numel + 1) // 2 + constants + 4 * 16
 
 
 def _buffer_bytes(spec: ModelSpec) -> int:
@@ -63,7 +69,8 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
              lora_targets: tuple[str, ...] | str = DEFAULT_LORA_TARGETS, n_gpus: int = 1,
              zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
              double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
-             device: str = "cuda") -> MemoryReport:
+             device: str = "cuda", lora_dropout: float = 0.0,
+             bitsandbytes: str = "current") -> MemoryReport:
     """Estimate the peak GPU memory per GPU of one training step of ``model``.
 
     ``model`` is a preset name ("llama-2-7b"), a size ("7B", 7e9), a ModelSpec or a Hugging
@@ -76,7 +83,8 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
         seq_len=seq_len, gradient_checkpointing=gradient_checkpointing, lora_rank=lora_rank,
         lora_targets=lora_targets, n_gpus=n_gpus, zero_stage=zero_stage, attention=attention,
         offload_optimizer=offload_optimizer, double_quant=double_quant, lora_dtype=lora_dtype,
-        gradient_accumulation=gradient_accumulation, device=device)
+        gradient_accumulation=gradient_accumulation, device=device, lora_dropout=lora_dropout,
+        bitsandbytes=bitsandbytes)
     return _Step(spec, s).report()
 
 
@@ -111,7 +119,9 @@ class _Step:
         layer_params: list[tuple[tuple[int, ...], int, bool]] = []
         for tensor in tensors.layer:
             if not (qlora and tensor.kind == "linear"):
-                layer_params.append((tensor.shape, self.wp, full))
+                # a 4-bit layer casts its bias to the compute dtype (in place, at its forward)
+                nbytes = self.c if qlora and tensor.kind == "bias" else self.wp
+                layer_params.append((tensor.shape, nbytes, full))
         if lora:
             for n_in, n_out in spec.lora_shapes(s.lora_targets):
                 layer_params += [((s.lora_rank, n_in), self.ad, True),
@@ -181,7 +191,9 @@ class _Step:
                             targets=targets if lora else frozenset(),
                             ad=self.c if self.sharded_mixed else self.ad,
                             rank=s.lora_rank, qlora=qlora, attention=s.attention,
-                            dropout=dropout, cpu=s.device == "cpu")
+                            dropout=dropout, cpu=s.device == "cpu",
+                            lora_dropout=s.lora_dropout if lora else 0.0,
+                            bnb_saves_input=qlora and s.bitsandbytes == "before-0.43.2")
         self._activations()
 
     def _fsdp_buffers(self, layer_params: list, root_params: list, local: Any) -> dict[str, int]:
