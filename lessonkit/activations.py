@@ -60,6 +60,7 @@ class Saved:
         self.forward_peak = 0  # the highest moment of its forward before that
         self.dequantized = 0
         self.dropout_grads = 0  # LoRA dropout on the output projection (see llama_layer)
+        self.bnb_inputs: set[str] = set()  # inputs kept by 4-bit layers (bitsandbytes < 0.43.2)
 
     def add(self, key: str, nbytes: int) -> None:
         self.items.setdefault(key, nbytes)
@@ -81,7 +82,9 @@ def _linear(s: Saved, ctx: Ctx, name: str, x_key: str, x_bytes: int, x_grad: boo
         # the 4-bit forward dequantizes into a temporary; bitsandbytes before 0.43.2 also kept
         # the layer's input (cast to the compute dtype) when it needs a gradient
         if ctx.bnb_saves_input and x_grad:
-            s.add(x_key if x_bytes == ctx.c else f"{name}.x4bit", ctx.c * t * n_in)
+            key = x_key if x_bytes == ctx.c else f"{name}.x4bit"
+            s.add(key, ctx.c * t * n_in)
+            s.bnb_inputs.add(key)
     else:
         w_grad = ctx.full
         cast = ctx.mixed and x_bytes != ctx.c

@@ -149,7 +149,7 @@ def build_model(spec: ModelSpec, settings: RunSettings, device: str) -> Any:
             from ._standins import quantize_linears
 
             quantize_linears(model, compute_dtype, settings.double_quant,
-                             real=settings.device == "cuda" and device != "meta")
+                             real=device != "meta")
     model.train()
     return model
 
@@ -425,10 +425,16 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
                      f"{measured['trainable_parameters']:,} trainable parameters.")
         if spec.lora_default_note(s.lora_targets):
             notes.append(spec.lora_default_note(s.lora_targets))
+    if s.method != "full" and s.lora_dropout:
+        notes.append(f"peft lora_dropout={s.lora_dropout:g} on every adapter.")
     if s.method == "qlora" and real_bnb:
-        notes.append("bitsandbytes Linear4bit (NF4"
+        import bitsandbytes
+
+        notes.append(f"bitsandbytes {bitsandbytes.__version__} Linear4bit (NF4"
                      + (", double quantization" if s.double_quant else "") + ") on every "
-                     "linear layer of the decoder blocks.")
+                     "linear layer of the decoder blocks"
+                     + (", with MatMul4Bit keeping each layer's input as releases before "
+                        "0.43.2 did." if s.bitsandbytes == "before-0.43.2" else "."))
     elif s.method == "qlora":
         notes.append("CPU stand-in for bitsandbytes Linear4bit: NF4 weights packed two per "
                      "byte with " + ("uint8 absmax per 64 values and an fp32 constant per 256 "

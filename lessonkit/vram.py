@@ -256,10 +256,13 @@ class _Step:
         self.logsoftmax = 4 * t * v
         self.inputs = 8 * t  # input_ids (the labels are the same tensor)
         copies = self.first_copies + (spec.n_layers - 1) * self.layer_copies
+        # bitsandbytes before 0.43.2 kept the 4-bit layers' inputs on ctx, not as saved
+        # tensors: checkpointing cannot drop them, so each layer keeps them beside its input
+        self.bnb_kept = sum(other.items[k] for k in other.bnb_inputs if k != "L1.x") if ckpt else 0
         if ckpt:
             # each layer keeps only its input; autocast still caches the copies of trained
             # weights until the forward ends, and nothing is saved for backward
-            self.fw_layers = spec.n_layers * p * t * h + self.rope
+            self.fw_layers = spec.n_layers * (p * t * h + self.bnb_kept) + self.rope
             self.fw_copies, self.bw_copies = (copies if full else 0), 0
         else:
             self.fw_layers = (self.first_saved + (spec.n_layers - 1) * self.layer_saved
@@ -306,7 +309,7 @@ class _Step:
         spec, s = self.spec, self.s
         t, h, p = self.ctx.tokens, spec.hidden_size, self.p
         layers, ckpt = spec.n_layers, s.gradient_checkpointing
-        kept = p * t * h if ckpt else self.layer_saved
+        kept = p * t * h + self.bnb_kept if ckpt else self.layer_saved
         kept_copies = 0 if ckpt else self.layer_copies
         moments = []
         for k in sorted({0, layers - 1}):  # k layers done
@@ -447,13 +450,25 @@ class _Step:
                          "(peft keeps adapters in fp32 by default); the base model is frozen.")
             if spec.lora_default_note(s.lora_targets):
                 notes.append(spec.lora_default_note(s.lora_targets))
+        if s.method != "full" and s.lora_dropout:
+            notes.append(f"LoRA dropout {s.lora_dropout:g} (peft): each adapter keeps its own "
+                         "dropped-out copy of its input and, where the input needs a gradient, "
+                         "the dropout's mask (1 byte per element on CUDA, the input's dtype on "
+                         "CPU).")
         if s.method == "qlora":
             dq = ("double quantization (a uint8 absmax per 64 values and an fp32 constant per "
                   "256 blocks)" if s.double_quant else "an fp32 absmax per 64 values")
             notes.append("QLoRA: the decoder's linear weights in NF4, 0.5 bytes per parameter "
                          f"with {dq}; embeddings, norms and lm_head stay in "
                          f"{'fp32' if self.p == 4 else 'bf16'}. Each layer's weight is "
-                         "dequantized into a 16-bit temporary in forward and again in backward.")
+                         "dequantized into a 16-bit temporary in forward and again in backward; "
+                         "its output comes back in its input's dtype.")
+            notes.append(
+                "bitsandbytes 0.43.2 or later (measured with 0.50.2): a 4-bit layer keeps only "
+                "its packed weight for backward." if s.bitsandbytes == "current" else
+                "bitsandbytes before 0.43.2 (e.g. 0.41.1, 2023): each 4-bit layer also keeps its "
+                "input for backward, on the autograd context, so gradient checkpointing does "
+                "not free it (fixed by bitsandbytes PR #1270, released in 0.43.2).")
         attn = {"sdpa": "SDPA attention (flash / memory-efficient kernels): no seq x seq matrix "
                         "is kept.",
                 "flash": "FlashAttention: no seq x seq matrix is kept.",

@@ -452,3 +452,15 @@ def test_importing_widgets_is_cheap():
             "print(any(m in sys.modules for m in ('ipywidgets', 'matplotlib', 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_lora_dropout_control_reaches_the_estimate():
+    explorer = widgets.vram_explorer("7B", method="lora", lora_targets="all-linear")
+    dropout = explorer.controls["lora_dropout"]
+    assert not dropout.disabled and dropout.value == 0.0
+    dropout.value = 0.1
+    kw = dict(method="lora", precision="bf16", lora_targets="all-linear")
+    assert explorer.report.total_bytes == estimate("7B", lora_dropout=0.1, **kw).total_bytes
+    assert explorer.report.total_bytes > estimate("7B", **kw).total_bytes
+    explorer.controls["method"].value = "full"
+    assert dropout.disabled
