@@ -294,6 +294,7 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
             "trainable_parameters": sum(p.numel() for p in params),
             "gradient_bytes": tensor_bytes(grads),
             "optimizer_bytes": tensor_bytes(states),
+            "cpu_only": fake and cpu_kernels_differ(spec, settings),
         }
     phase_peaks = {}
     for phase, level in occurrences:
@@ -311,6 +312,13 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
     return report, tracker
 
 
+
+
+def cpu_kernels_differ(spec: ModelSpec, settings: RunSettings) -> bool:
+    """Whether CPU kernels keep more than CUDA's would for this run: any dropout (GPT-2's own,
+    peft's lora_dropout) keeps its mask in the input's dtype on CPU (bool on CUDA), and with
+    dropout CPU SDPA takes the math path (seq x seq matrices)."""
+    return spec.family == "gpt2" or (settings.method != "full" and settings.lora_dropout > 0)
 
 
 def measure_cuda(spec: ModelSpec, settings: RunSettings) -> MemoryReport:
@@ -450,4 +458,11 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
                      + ", ".join(f"{p / 2**30:.3f} GiB" for p in peaks) + ".")
     notes.append("Logits: tensors shaped [..., vocab] (the logits, their fp32 copy for the "
                  "loss, log-softmax and their gradients).")
+    if measured.get("cpu_only"):
+        what = ("GPT-2's dropout makes CPU SDPA take the math path (seq x seq attention "
+                "matrices kept) and " if spec.family == "gpt2" else "")
+        notes.append(f"CPU-only figure: {what}CPU dropout keeps each mask in its input's dtype, "
+                     "where CUDA keeps 1-byte masks and no attention matrix. "
+                     "estimate(device='cpu') reproduces this measurement; estimate(device='cuda') "
+                     "gives what a CUDA run allocates.")
     return notes

@@ -328,3 +328,21 @@ def test_llama2_7b_bf16_adamw_step():
     # foreach AdamW: weights + gradients + states + one parameter-sized temporary
     assert r.breakdown["temporaries"] == 2 * n
     assert 2.5 * 2**30 < forward_activations(r) < 4.5 * 2**30
+
+
+def test_cpu_only_figures_say_so():
+    """CPU kernels keep more than CUDA's with dropout (GPT-2's, peft's): the measurement says
+    its figure is CPU-only, and estimate(device='cuda') is below estimate(device='cpu')."""
+    from lessonkit.vram import estimate
+
+    gpt2 = measure(TINY_GPT2, precision="fp32", lora_targets=("c_attn",), **SHORT)
+    assert measured(gpt2)["cpu_only"] is True
+    assert any(a.startswith("CPU-only figure: GPT-2's dropout") for a in gpt2.assumptions)
+    kw = dict(precision="fp32", **SHORT)
+    assert (estimate(TINY_GPT2, device="cuda", **kw).tensor_bytes
+            < estimate(TINY_GPT2, device="cpu", **kw).tensor_bytes)
+    plain = measure(TINY, **SHORT)
+    assert measured(plain)["cpu_only"] is False
+    assert not any("CPU-only" in a for a in plain.assumptions)
+    lora = measure(TINY, method="lora", lora_dropout=0.1, **SHORT)
+    assert measured(lora)["cpu_only"] is True
