@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 import lessonkit  # noqa: E402
 from lessonkit.models import ModelSpec, resolve_model  # noqa: E402
 from benchmarks import published_runs  # noqa: E402
-from lessonkit._standins import bitsandbytes  # noqa: E402
+from lessonkit._bnb import bitsandbytes  # noqa: E402
 from tests.test_accuracy import GRID, LARGE, SPECS  # noqa: E402
 
 MiB = 2**20

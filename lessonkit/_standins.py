@@ -1,13 +1,16 @@
-"""CPU stand-ins with the storage layout of GPU-only pieces, the optimizers measure() uses,
-and several GPUs simulated in one process.
+"""CPU stand-ins for bitsandbytes where it is not installed (with its storage layout), the
+optimizers measure() uses, and several GPUs simulated in one process. bitsandbytes itself, where
+installed, runs through _bnb.py (on CPU too).
 
 Private, and needs torch: it is imported only by measure() (measuring.py), after checking that
 torch is installed.
 
 - ``Linear4bitStandIn``: bitsandbytes ``Linear4bit`` (NF4, blocks of 64): the weight packed two
   4-bit values per byte, an fp32 absmax per block of 64 (or, with double quantization, a uint8
-  absmax per block plus an fp32 constant per 256 blocks); the forward and the backward each
-  dequantize the weight into a temporary of the compute dtype, as bitsandbytes does.
+  absmax per block plus an fp32 constant per 256 blocks), each weight's code tables (16 fp32 NF4
+  values; with double quantization a 256-entry fp32 map and an fp32 offset); the bias cast to the
+  compute dtype; the forward and the backward each dequantize the weight into a temporary of the
+  compute dtype and the output comes back in the input's dtype, as bitsandbytes does.
 - ``AdamW8bitStandIn``: bitsandbytes ``AdamW8bit`` / ``PagedAdamW8bit``: uint8 state1 and state2
   per parameter plus one fp32 absmax per block of 256 for each, fp32 states for tensors under
   ``min_8bit_size`` (4096) elements, and two shared 256-entry fp32 quantization maps. Its step
@@ -30,6 +33,7 @@ import torch
 from torch import nn
 
 from . import _memtrack
+from ._bnb import _bnb_linear4bit, _fake_bnb_linear4bit, bitsandbytes
 from .errors import LessonkitError
 
 NF4_BLOCK = 64
@@ -88,22 +92,6 @@ def make_optimizer(params: list, name: str, precision: str, on_gpu: bool) -> Any
     return Lion(params, lr=lr)
 
 
-def bitsandbytes() -> Any:
-    """The bitsandbytes module where it is installed and imports, else None. From 0.45 its
-    4-bit layers and 8-bit optimizers run on CPU too (0.50.2 also under FakeTensorMode)."""
-    import logging
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
-            import bitsandbytes as bnb
-    except Exception:  # not installed, or no binary for this platform
-        return None
-    return bnb
-
-
 @contextlib.contextmanager
 def legacy_bnb_saves_input(active: bool) -> Iterator[None]:
     """bitsandbytes before 0.43.2: ``MatMul4Bit.forward`` kept ``ctx.tensors = (A, B)``, the
@@ -155,21 +143,6 @@ def off_device_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     inner = getattr(optimizer, "inner", None)
     return [t for t in every if id(t) not in kept] + (
         off_device_tensors(inner) if inner is not None else [])
-
-
-def quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:
-    """The constants bitsandbytes keeps beside each 4-bit weight (absmax, code tables)."""
-    out = []
-    for module in model.modules():
-        state = getattr(getattr(module, "weight", None), "quant_state", None)
-        if state is None:
-            continue
-        nested = getattr(state, "state2", None)
-        for t in (state.absmax, state.code, getattr(state, "offset", None),
-                  getattr(nested, "absmax", None), getattr(nested, "code", None)):
-            if isinstance(t, torch.Tensor):
-                out.append(t)
-    return out
 
 
 class _Dequantized(torch.autograd.Function):
@@ -267,72 +240,6 @@ def quantize_linears(model: nn.Module, compute_dtype: torch.dtype, double_quant:
                     device=child.weight.device))
             count += 1
     return count
-
-
-def _fake_bnb_linear4bit(bnb: Any, child: nn.Module, in_f: int, out_f: int,
-                         compute_dtype: torch.dtype, double_quant: bool) -> nn.Module:
-    """bitsandbytes Linear4bit (NF4) on fake CPU tensors: ``child``'s weight, in the compute
-    dtype (as a 16-bit checkpoint is loaded), quantized by ``bitsandbytes.functional``; the
-    packed weight carries its QuantState as a Params4bit does."""
-    import bitsandbytes.functional as F
-
-    weight = child.weight.detach()
-    if weight.shape != (out_f, in_f):  # transformers' Conv1D stores the transpose
-        weight = weight.t().contiguous()
-    packed, state = F.quantize_4bit(weight.to(compute_dtype), blocksize=NF4_BLOCK,
-                                    compress_statistics=double_quant, quant_type="nf4")
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily():  # the module itself (its placeholder weight) is not fake
-        layer = bnb.nn.Linear4bit(in_f, out_f, bias=False, compute_dtype=compute_dtype,
-                                  compress_statistics=double_quant, quant_type="nf4",
-                                  device="meta")
-    layer.weight = nn.Parameter(packed, requires_grad=False)
-    layer.weight.quant_state = state
-    if child.bias is not None:
-        layer.bias = nn.Parameter(child.bias.detach(), requires_grad=False)
-    return layer
-
-
-_QMAPS: dict[tuple, torch.Tensor] = {}
-
-
-def prepare_fake_bitsandbytes() -> None:
-    """bitsandbytes builds its 8-bit quantization maps from Python values (``tolist``), which
-    fake tensors cannot give: build each map outside FakeTensorMode (same values)."""
-    import bitsandbytes.functional as F
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    original = getattr(F.create_dynamic_map, "__wrapped__", F.create_dynamic_map)
-
-    def create_dynamic_map(signed: bool = True, max_exponent_bits: int = 7,
-                           total_bits: int = 8) -> torch.Tensor:
-        key = (signed, max_exponent_bits, total_bits)
-        if key not in _QMAPS:
-            with unset_fake_temporarily():
-                _QMAPS[key] = original(signed, max_exponent_bits, total_bits)
-        return _QMAPS[key]
-
-    create_dynamic_map.__wrapped__ = original
-    F.create_dynamic_map = create_dynamic_map
-    if "dynamic" not in F.name2qmap:
-        F.name2qmap["dynamic"] = create_dynamic_map()
-
-
-def _bnb_linear4bit(bnb: Any, child: nn.Module, in_f: int, out_f: int,
-                    compute_dtype: torch.dtype, double_quant: bool) -> nn.Module:
-    """bitsandbytes Linear4bit (NF4) holding ``child``'s weight, quantized on its GPU."""
-    weight = child.weight.detach()
-    if weight.shape != (out_f, in_f):  # transformers' Conv1D stores the transpose
-        weight = weight.t().contiguous()
-    layer = bnb.nn.Linear4bit(in_f, out_f, bias=child.bias is not None,
-                              compute_dtype=compute_dtype, compress_statistics=double_quant,
-                              quant_type="nf4", device="meta")
-    layer.weight = bnb.nn.Params4bit(weight.cpu(), requires_grad=False, quant_type="nf4",
-                                     compress_statistics=double_quant).to(child.weight.device)
-    if child.bias is not None:
-        layer.bias = nn.Parameter(child.bias.detach(), requires_grad=False)
-    return layer
 
 
 class AdamW8bitStandIn(torch.optim.Optimizer):

@@ -157,7 +157,7 @@ def build_model(spec: ModelSpec, settings: RunSettings, device: str) -> Any:
 def real_bitsandbytes() -> bool:
     """Whether bitsandbytes is installed and imports (0.50 runs its 4-bit layers and 8-bit
     optimizers on CPU, under FakeTensorMode too); otherwise measure uses stand-ins."""
-    from ._standins import bitsandbytes
+    from ._bnb import bitsandbytes
 
     return bitsandbytes() is not None
 
@@ -205,9 +205,9 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from ._memtrack import Tracker, fsdp_buffers_are_temporaries, storage_keys, tensor_bytes
+    from ._bnb import prepare_fake_bitsandbytes, quant_state_tensors
     from ._standins import (Parallel, fake_process_group, legacy_bnb_saves_input,
-                            make_optimizer, off_device_tensors, prepare_fake_bitsandbytes,
-                            quant_state_tensors, quantize_linears, state_tensors)
+                            make_optimizer, off_device_tensors, quantize_linears, state_tensors)
 
     _, compute_dtype = dtypes(settings)
     # ZeRO-3 with a "-mixed" precision is FSDP's mixed precision, not autocast
