@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from lessonkit import estimate
 from lessonkit.models import ModelSpec, resolve_model
-from lessonkit.options import ATTENTION, LORA_DTYPES, OPTIMIZERS, PRECISIONS
+from lessonkit.options import ATTENTION, BNB_BEHAVIOURS, LORA_DTYPES, OPTIMIZERS, PRECISIONS
 from lessonkit.settings import validate_run
 from lessonkit.vram import _Step
 
@@ -64,7 +64,9 @@ def runs(draw: st.DrawFn, several_gpus: bool | None = None) -> tuple[ModelSpec, 
         offload_optimizer=zero > 0 and draw(st.booleans()), double_quant=draw(st.booleans()),
         lora_dtype=draw(st.sampled_from(LORA_DTYPES)),
         gradient_accumulation=draw(st.sampled_from((1, 2, 8))),
-        device=draw(st.sampled_from(("cuda", "cpu"))))
+        device=draw(st.sampled_from(("cuda", "cpu"))),
+        lora_dropout=draw(st.sampled_from((0.0, 0.05, 0.1))),
+        bitsandbytes=draw(st.sampled_from(BNB_BEHAVIOURS)))
     assume(not (method == "qlora" and (precision in ("fp32", "bf16-master") or zero == 3)))
     return spec, kw
 
