@@ -220,7 +220,7 @@ def test_import_stays_light_and_estimate_needs_no_torch() -> None:
 
 
 # lessonkit's private modules that need torch, as their docstrings say; measure() imports them
-NEEDS_TORCH = {"_memtrack", "_standins"}
+NEEDS_TORCH = {"_memtrack", "_standins", "_bnb"}
 
 
 def test_every_public_module_imports_without_torch() -> None:
