@@ -21,10 +21,12 @@ ours, and what these rules would have said, each with its error:
   bytes per parameter: 120e9 / 7e9 = 17.1 to 160e9 / 7e9 = 22.9, shown at the midpoint
   (140e9 / 7e9 = 20 B/param) times the model's parameters.
 
-Rows marked † use QLoRA or an 8-bit optimizer: measure() on CPU runs stand-ins written from
-bitsandbytes' storage layout there (lessonkit/_standins.py), so agreement checks the calculator
-against the same layout assumptions, not against bitsandbytes itself; only a GPU run with
-bitsandbytes installed (scripts/gpu_check.py) does.
+Rows marked † use QLoRA or an 8-bit optimizer: with bitsandbytes installed (the dev extra),
+measure() runs bitsandbytes itself on CPU under FakeTensorMode (Linear4bit quantized by
+bitsandbytes, AdamW8bit / PagedAdamW8bit steps); without it, stand-ins written from its storage
+layout (lessonkit/_standins.py), and the summary says which.
+
+The published runs (tests/published_runs.json) follow the grid, from benchmarks/published_runs.py.
 
 Rules that do not model a configuration (LoRA for accelerate and EleutherAI, several GPUs for
 accelerate and gpu_poor) show "n/a". Usage: python benchmarks/accuracy.py [--quick] > docs/accuracy.md
@@ -46,6 +48,8 @@ sys.path.insert(0, str(ROOT))
 
 import lessonkit  # noqa: E402
 from lessonkit.models import ModelSpec, resolve_model  # noqa: E402
+from benchmarks import published_runs  # noqa: E402
+from lessonkit._bnb import bitsandbytes  # noqa: E402
 from tests.test_accuracy import GRID, LARGE, SPECS  # noqa: E402
 
 MiB = 2**20
@@ -253,11 +257,17 @@ def main() -> None:
     print(f"- configurations: {len(rows)}")
     print(f"- ours: median |error| {statistics.median(errors):.2%}, "
           f"worst {max(errors):.2%} (targets: median within 2%, every one within 5%)")
-    print(f"- {STAND_IN} {stand_in_rows} configurations use QLoRA or an 8-bit optimizer: on CPU "
-          "`measure` runs stand-ins written from bitsandbytes' storage layout "
-          "(`lessonkit/_standins.py`), so agreement there checks the calculator against the "
-          "same layout assumptions, not against bitsandbytes itself; only a GPU run with "
-          "bitsandbytes installed does (`scripts/gpu_check.py`, docs/gpu-validation.md)")
+    bnb = bitsandbytes()
+    if bnb is not None:
+        print(f"- {STAND_IN} {stand_in_rows} configurations use QLoRA or an 8-bit optimizer: "
+              f"measured with bitsandbytes {bnb.__version__} itself on CPU under "
+              "FakeTensorMode (its Linear4bit, AdamW8bit and PagedAdamW8bit; paged states fall "
+              "back to ordinary ones on CPU); no row uses a stand-in")
+    else:
+        print(f"- {STAND_IN} {stand_in_rows} configurations use QLoRA or an 8-bit optimizer: "
+              "bitsandbytes is not installed here, so `measure` runs stand-ins written from its "
+              "storage layout (`lessonkit/_standins.py`) for all of them; install it (the dev "
+              "extra) to measure bitsandbytes itself")
     for name, errs in rule_errors.items():
         if errs:
             print(f"- {name}: median |error| {statistics.median(errs):.0%}, worst "
@@ -272,6 +282,8 @@ def main() -> None:
     print("|" + "---|" * len(header))
     for cells in rows:
         print("| " + " | ".join(cells) + " |")
+    print()
+    published_runs.main()
 
 
 if __name__ == "__main__":

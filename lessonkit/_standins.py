@@ -1,13 +1,16 @@
-"""CPU stand-ins with the storage layout of GPU-only pieces, the optimizers measure() uses,
-and several GPUs simulated in one process.
+"""CPU stand-ins for bitsandbytes where it is not installed (with its storage layout), the
+optimizers measure() uses, and several GPUs simulated in one process. bitsandbytes itself, where
+installed, runs through _bnb.py (on CPU too).
 
 Private, and needs torch: it is imported only by measure() (measuring.py), after checking that
 torch is installed.
 
 - ``Linear4bitStandIn``: bitsandbytes ``Linear4bit`` (NF4, blocks of 64): the weight packed two
   4-bit values per byte, an fp32 absmax per block of 64 (or, with double quantization, a uint8
-  absmax per block plus an fp32 constant per 256 blocks); the forward and the backward each
-  dequantize the weight into a temporary of the compute dtype, as bitsandbytes does.
+  absmax per block plus an fp32 constant per 256 blocks), each weight's code tables (16 fp32 NF4
+  values; with double quantization a 256-entry fp32 map and an fp32 offset); the bias cast to the
+  compute dtype; the forward and the backward each dequantize the weight into a temporary of the
+  compute dtype and the output comes back in the input's dtype, as bitsandbytes does.
 - ``AdamW8bitStandIn``: bitsandbytes ``AdamW8bit`` / ``PagedAdamW8bit``: uint8 state1 and state2
   per parameter plus one fp32 absmax per block of 256 for each, fp32 states for tensors under
   ``min_8bit_size`` (4096) elements, and two shared 256-entry fp32 quantization maps. Its step
@@ -30,12 +33,14 @@ import torch
 from torch import nn
 
 from . import _memtrack
+from ._bnb import _bnb_linear4bit, _fake_bnb_linear4bit, bitsandbytes
 from .errors import LessonkitError
 
 NF4_BLOCK = 64
 NF4_NESTED_BLOCK = 256
 OPT8_BLOCK = 256
 OPT8_MIN_SIZE = 4096
+_LEGACY = [False]  # the stand-in keeps each 4-bit layer's input (bitsandbytes before 0.43.2)
 
 
 def nf4_bytes(numel: int, double_quant: bool) -> int:
@@ -66,10 +71,13 @@ def make_optimizer(params: list, name: str, precision: str, on_gpu: bool) -> Any
             return MasterWeightsAdamW(params, adamw, lr=lr)
         return adamw(params)
     if name in ("adamw-8bit", "paged-adamw-8bit"):
-        if on_gpu:
-            bnb = bitsandbytes()
-            if bnb is not None:
-                cls = bnb.optim.PagedAdamW8bit if name.startswith("paged") else bnb.optim.AdamW8bit
+        bnb = bitsandbytes()
+        if bnb is not None:  # on CPU too (paged states fall back to ordinary ones there)
+            import warnings
+
+            cls = bnb.optim.PagedAdamW8bit if name.startswith("paged") else bnb.optim.AdamW8bit
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
                 return cls(params, lr=lr)
         return AdamW8bitStandIn(params, lr=lr)
     if name == "sgd":
@@ -84,13 +92,33 @@ def make_optimizer(params: list, name: str, precision: str, on_gpu: bool) -> Any
     return Lion(params, lr=lr)
 
 
-def bitsandbytes() -> Any:
-    """The bitsandbytes module where it is installed (it needs a GPU), else None."""
+@contextlib.contextmanager
+def legacy_bnb_saves_input(active: bool) -> Iterator[None]:
+    """bitsandbytes before 0.43.2: ``MatMul4Bit.forward`` kept ``ctx.tensors = (A, B)``, the
+    layer's input beside the packed weight, when a gradient was needed (the line PR #1270
+    changed to ``(None, B)``). Restores that line around the current forward."""
+    bnb = bitsandbytes() if active else None
+    if bnb is None:
+        _LEGACY[0] = active  # the stand-in keeps the input the same way
+        try:
+            yield
+        finally:
+            _LEGACY[0] = False
+        return
+    fn = bnb.autograd._functions.MatMul4Bit
+    original = fn.forward
+
+    def forward(ctx: Any, A: torch.Tensor, B: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        out = original(ctx, A, B, *args, **kwargs)
+        if any(ctx.needs_input_grad[:2]):
+            ctx.tensors = (A, B)
+        return out
+
+    fn.forward = staticmethod(forward)
     try:
-        import bitsandbytes as bnb
-    except ImportError:
-        return None
-    return bnb
+        yield
+    finally:
+        fn.forward = original
 
 
 def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -117,29 +145,16 @@ def off_device_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
         off_device_tensors(inner) if inner is not None else [])
 
 
-def quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:
-    """The constants bitsandbytes keeps beside each 4-bit weight (absmax, code tables)."""
-    out = []
-    for module in model.modules():
-        state = getattr(getattr(module, "weight", None), "quant_state", None)
-        if state is None:
-            continue
-        nested = getattr(state, "state2", None)
-        for t in (state.absmax, state.code, getattr(state, "offset", None),
-                  getattr(nested, "absmax", None), getattr(nested, "code", None)):
-            if isinstance(t, torch.Tensor):
-                out.append(t)
-    return out
-
-
 class _Dequantized(torch.autograd.Function):
     """y = x @ W.T with W dequantized in forward and again in backward (never saved)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, layer: "Linear4bitStandIn") -> torch.Tensor:
         ctx.layer = layer
+        if _LEGACY[0] and ctx.needs_input_grad[0]:
+            ctx.kept_input = x.to(layer.compute_dtype)  # bitsandbytes before 0.43.2
         weight = layer.dequantize()
-        return x.to(weight.dtype) @ weight.t()
+        return (x.to(weight.dtype) @ weight.t()).to(x.dtype)  # back to the input's dtype
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor, None]:
@@ -163,11 +178,16 @@ class Linear4bitStandIn(nn.Module):
             self.register_buffer("absmax", torch.zeros(blocks, dtype=torch.uint8, device=device))
             self.register_buffer("nested_absmax", torch.zeros(
                 math.ceil(blocks / NF4_NESTED_BLOCK), dtype=torch.float32, device=device))
+            self.register_buffer("nested_code", torch.zeros(256, dtype=torch.float32,
+                                                            device=device))
+            self.register_buffer("offset", torch.zeros((), dtype=torch.float32, device=device))
         else:
             self.register_buffer("absmax", torch.zeros(blocks, dtype=torch.float32, device=device))
+        self.register_buffer("code", torch.zeros(16, dtype=torch.float32, device=device))
         self.bias = bias
         if bias is not None:
             bias.requires_grad_(False)
+            bias.data = bias.data.to(compute_dtype)  # bitsandbytes casts it at its forward
 
     def dequantize(self) -> torch.Tensor:
         """The weight in the compute dtype: a fresh temporary, as bitsandbytes makes it."""
@@ -184,9 +204,10 @@ class Linear4bitStandIn(nn.Module):
 
 
 def quantize_linears(model: nn.Module, compute_dtype: torch.dtype, double_quant: bool,
-                     real: bool = False) -> int:
+                     real: bool = False, fake: bool = False) -> int:
     """Replace every frozen linear layer inside the decoder blocks by a Linear4bitStandIn
-    (or, with ``real`` and bitsandbytes installed, by bitsandbytes' Linear4bit on the GPU).
+    (or, with ``real`` and bitsandbytes installed, by bitsandbytes' Linear4bit: on the GPU,
+    or with ``fake`` on CPU under FakeTensorMode, quantized there by bitsandbytes itself).
 
     Embeddings, norms and ``lm_head`` stay as they are (as in transformers' default). Works on a
     peft model too: LoRA's own ``lora_A``/``lora_B`` layers are left alone. Returns the count.
@@ -207,7 +228,10 @@ def quantize_linears(model: nn.Module, compute_dtype: torch.dtype, double_quant:
                 in_f, out_f = child.weight.shape
             else:
                 continue
-            if bnb is not None:
+            if bnb is not None and fake:
+                setattr(module, child_name, _fake_bnb_linear4bit(bnb, child, in_f, out_f,
+                                                                 compute_dtype, double_quant))
+            elif bnb is not None:
                 setattr(module, child_name, _bnb_linear4bit(bnb, child, in_f, out_f,
                                                             compute_dtype, double_quant))
             else:
@@ -216,22 +240,6 @@ def quantize_linears(model: nn.Module, compute_dtype: torch.dtype, double_quant:
                     device=child.weight.device))
             count += 1
     return count
-
-
-def _bnb_linear4bit(bnb: Any, child: nn.Module, in_f: int, out_f: int,
-                    compute_dtype: torch.dtype, double_quant: bool) -> nn.Module:
-    """bitsandbytes Linear4bit (NF4) holding ``child``'s weight, quantized on its GPU."""
-    weight = child.weight.detach()
-    if weight.shape != (out_f, in_f):  # transformers' Conv1D stores the transpose
-        weight = weight.t().contiguous()
-    layer = bnb.nn.Linear4bit(in_f, out_f, bias=child.bias is not None,
-                              compute_dtype=compute_dtype, compress_statistics=double_quant,
-                              quant_type="nf4", device="meta")
-    layer.weight = bnb.nn.Params4bit(weight.cpu(), requires_grad=False, quant_type="nf4",
-                                     compress_statistics=double_quant).to(child.weight.device)
-    if child.bias is not None:
-        layer.bias = nn.Parameter(child.bias.detach(), requires_grad=False)
-    return layer
 
 
 class AdamW8bitStandIn(torch.optim.Optimizer):

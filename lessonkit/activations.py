@@ -31,6 +31,8 @@ class Ctx:
     attention: str       # "sdpa", "flash" or "eager"
     dropout: float       # dropout probability of the model's own dropout layers (GPT-2)
     cpu: bool            # CPU kernels (dropout masks in the input's dtype, SDPA math path)
+    lora_dropout: float = 0.0   # peft's dropout on each adapter's input
+    bnb_saves_input: bool = False  # bitsandbytes before 0.43.2: a 4-bit layer keeps its input
 
     @property
     def tokens(self) -> int:
@@ -57,6 +59,8 @@ class Saved:
         self.forward_held = 0
         self.forward_peak = 0  # the highest moment of its forward before that
         self.dequantized = 0
+        self.dropout_grads = 0  # LoRA dropout on the output projection (see llama_layer)
+        self.bnb_inputs: set[str] = set()  # inputs kept by 4-bit layers (bitsandbytes < 0.43.2)
 
     def add(self, key: str, nbytes: int) -> None:
         self.items.setdefault(key, nbytes)
@@ -75,7 +79,12 @@ def _linear(s: Saved, ctx: Ctx, name: str, x_key: str, x_bytes: int, x_grad: boo
     t = ctx.tokens
     out_grad = x_grad
     if quantized:
-        pass  # the 4-bit forward dequantizes into a temporary and saves nothing
+        # the 4-bit forward dequantizes into a temporary; bitsandbytes before 0.43.2 also kept
+        # the layer's input (cast to the compute dtype) when it needs a gradient
+        if ctx.bnb_saves_input and x_grad:
+            key = x_key if x_bytes == ctx.c else f"{name}.x4bit"
+            s.add(key, ctx.c * t * n_in)
+            s.bnb_inputs.add(key)
     else:
         w_grad = ctx.full
         cast = ctx.mixed and x_bytes != ctx.c
@@ -92,13 +101,21 @@ def _linear(s: Saved, ctx: Ctx, name: str, x_key: str, x_bytes: int, x_grad: boo
             if ctx.ad != ctx.c:
                 s.weight_copies += ctx.c * r * (n_in + n_out)
         else:
-            s.add(f"{name}.lora_x" if x_bytes != ctx.ad else x_key, ctx.ad * t * n_in)
+            # with dropout, lora_A saves its own dropped-out copy of the input
+            own = x_bytes != ctx.ad or ctx.lora_dropout > 0
+            s.add(f"{name}.lora_x" if own else x_key, ctx.ad * t * n_in)
             s.add(f"{name}.lora_a", ctx.ad * t * r)
+        if ctx.lora_dropout > 0 and x_grad:
+            # the dropout's mask, kept when the input needs a gradient: bool on CUDA, in the
+            # adapters' dtype on CPU (the input is cast to it first)
+            s.add(f"{name}.lora_mask", (ctx.ad if ctx.cpu else 1) * t * n_in)
         # peft's forward at its peak: the input (where nothing saved it) and its copy in the
         # adapters' dtype (autocast saves a 16-bit copy of that), the base output, and LoRA's
         # output with its scaled copy
         x_held = x_bytes * t * n_in if x_key not in s.items else 0
         cast = 4 * t * n_in if ctx.mixed and x_bytes != ctx.ad else 0
+        if not ctx.mixed and ctx.lora_dropout > 0 and x_bytes != ctx.ad:
+            cast = ctx.ad * t * n_in  # the cast input, held beside its dropped-out copy
         lora_out = (ctx.c if ctx.mixed else ctx.ad) * t * n_out
         s.forward_peak = max(s.forward_peak, s.activations + held + x_held + cast
                              + ctx.c * t * n_out + 2 * lora_out)
@@ -170,29 +187,37 @@ def llama_layer(spec: ModelSpec, ctx: Ctx, i: int, x_grad: bool) -> Saved:
     mid = f"L{i}.mid"
     g2 = _rmsnorm(s, ctx, f"L{i}.n2", mid, hg, h)
     n2 = f"L{i}.n2.out"
+    # bitsandbytes returns a 4-bit layer's output in its input's dtype: with autocast over
+    # fp32 norms the MLP's intermediates are fp32
+    m = p if ctx.qlora and ctx.mixed else c
     if spec.gated_mlp:
         gg = _linear(s, ctx, f"L{i}.gate_proj", n2, p, g2, h, inter, ctx.qlora)
         if gg:
-            s.add(f"L{i}.gate", c * t * inter)  # the activation function's input
+            s.add(f"L{i}.gate", m * t * inter)  # the activation function's input
         ug = _linear(s, ctx, f"L{i}.up_proj", n2, p, g2, h, inter, ctx.qlora,
-                     held=c * t * inter)  # the activation function's output
+                     held=m * t * inter)  # the activation function's output
         if ug:
-            s.add(f"L{i}.act", c * t * inter)
+            s.add(f"L{i}.act", m * t * inter)
         if gg:
-            s.add(f"L{i}.up", c * t * inter)
+            s.add(f"L{i}.up", m * t * inter)
         mg = gg or ug
     else:
         mg = _linear(s, ctx, f"L{i}.up_proj", n2, p, g2, h, inter, ctx.qlora)
         if mg:
-            s.add(f"L{i}.up", c * t * inter)
+            s.add(f"L{i}.up", m * t * inter)
     before, copies, peak = s.activations, s.weight_copies, s.forward_peak
-    _linear(s, ctx, f"L{i}.down_proj", f"L{i}.act_out", c, mg, inter, h, ctx.qlora,
+    _linear(s, ctx, f"L{i}.down_proj", f"L{i}.act_out", m, mg, inter, h, ctx.qlora,
             held=unsaved(n2, p * t * h))
     s.freed_first, s.freed_first_copies = s.activations - before, s.weight_copies - copies
     s.forward_peak = peak  # a recomputation stops before down_proj's LoRA output
     # down_proj's input gradient, then the two the gate's product makes from it
-    s.mlp_grads = c * t * inter * (3 if spec.gated_mlp else 2) if mg else 0
+    s.mlp_grads = m * t * inter * (3 if spec.gated_mlp else 2) if mg else 0
     lora_out = "down_proj" in ctx.targets
+    if lora_out and mg and ctx.lora_dropout > 0:
+        # down_proj's input gradient in pieces: the base layer's, the adapter's (in its
+        # dtype) and that times the dropout's mask, which is still held
+        mask = (ctx.ad if ctx.cpu else 1) * t * inter
+        s.dropout_grads = m * t * inter + 2 * ctx.ad * t * inter + mask
     # the residual's gradient cast to down_proj's dtype; LoRA's scaled branch gradient (with
     # 32-bit adapters outside autocast: scaled in 32 bits, and a 16-bit copy for the base)
     s.incoming = c * t * h if p != c else 0
@@ -202,9 +227,11 @@ def llama_layer(spec: ModelSpec, ctx: Ctx, i: int, x_grad: bool) -> Saved:
     # product where nothing saved them; with LoRA there, the base output and peft's copy of
     # the input in the adapters' dtype (autocast then saves a 16-bit copy of that)
     s.forward_held = (p * t * h if n2 not in s.items else 0) + (
-        c * t * inter if f"L{i}.act_out" not in s.items else 0)
+        m * t * inter if f"L{i}.act_out" not in s.items else 0)
     if lora_out:
         s.forward_held += c * t * h + (4 * t * inter if ctx.mixed and ctx.ad != c else 0)
+        if not ctx.mixed and ctx.lora_dropout > 0 and ctx.ad != c:
+            s.forward_held += ctx.ad * t * inter  # the cast input beside its dropped-out copy
     s.dequantized = c * inter * h if ctx.qlora else 0
     return s
 
@@ -227,6 +254,9 @@ def backward_moments(s: Saved, ctx: Ctx, h: int, inter: int, input_key: str,
         else (0, 0)
     incoming = ctx.p * t * h
     moments = [(saved - s.freed_first + incoming + s.mlp_grads, copies - s.freed_first_copies)]
+    if s.dropout_grads:
+        moments.append((saved - s.freed_first + incoming + s.dropout_grads,
+                        copies - s.freed_first_copies))
     if recomputed:
         moments.append((saved + incoming + s.incoming + s.forward_held, copies))
         if s.forward_peak:
@@ -258,8 +288,8 @@ def gpt2_layer(spec: ModelSpec, ctx: Ctx, i: int, x_grad: bool) -> Saved:
     b, n, t = ctx.batch, ctx.seq, ctx.tokens
     h, inter, c, p = spec.hidden_size, spec.intermediate_size, ctx.c, ctx.p
     heads = spec.n_heads
-    # a 4-bit layer's 16-bit output plus its bias (kept in the weights' dtype) promotes
-    lo = max(c, p) if ctx.qlora else c
+    # bitsandbytes returns a 4-bit layer's output in its input's dtype (fp32 under autocast)
+    lo = p if ctx.qlora and ctx.mixed else c
     g1 = _layernorm(s, ctx, f"L{i}.ln1", f"L{i}.x", x_grad, h)
     ag = _linear(s, ctx, f"L{i}.c_attn", f"L{i}.ln1.out", p, g1, h, 3 * h, ctx.qlora)
     if ag:

@@ -51,7 +51,7 @@ example: lessonkit vram --model llama-2-7b --method qlora --batch-size 4 --seq-l
 
 
 def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
-    from .options import ATTENTION, LORA_DTYPES, METHODS, OPTIMIZERS, PRECISIONS
+    from .options import ATTENTION, BNB_BEHAVIOURS, LORA_DTYPES, METHODS, OPTIMIZERS, PRECISIONS
 
     parser.description = ("Estimate the peak GPU memory of one fine-tuning step (per GPU), "
                           "broken down into weights, gradients, optimizer states, activations "
@@ -76,6 +76,12 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated module names, or all-linear (default: peft's "
                              "default for the model: q_proj,v_proj; c_attn on GPT-2)")
     parser.add_argument("--lora-dtype", default="fp32", help=f"one of {', '.join(LORA_DTYPES)}")
+    parser.add_argument("--lora-dropout", type=float, default=0.0, metavar="P",
+                        help="peft's lora_dropout (default: 0.0, peft's default; recipes "
+                             "often use 0.05-0.1)")
+    parser.add_argument("--bitsandbytes", default="current",
+                        help=f"QLoRA's bitsandbytes behaviour: {', '.join(BNB_BEHAVIOURS)} "
+                             "(default: current, 0.43.2 and later)")
     parser.add_argument("--no-double-quant", action="store_true",
                         help="QLoRA without double quantization of the NF4 constants")
     parser.add_argument("--attention", default="sdpa", help=f"one of {', '.join(ATTENTION)}")
@@ -117,7 +123,8 @@ def run_vram(args: argparse.Namespace) -> int:
         lora_targets=targets, n_gpus=args.n_gpus, zero_stage=args.zero_stage,
         attention=args.attention, offload_optimizer=args.offload_optimizer,
         double_quant=not args.no_double_quant, lora_dtype=args.lora_dtype,
-        gradient_accumulation=args.gradient_accumulation, device=args.device)
+        gradient_accumulation=args.gradient_accumulation, device=args.device,
+        lora_dropout=args.lora_dropout, bitsandbytes=args.bitsandbytes)
     report = estimate(args.model, **settings)
     fits = None if gpu is None else report.fits(gpu.usable_bytes)
     fixes = [] if gpu is None or fits else vram_fixes(args.model, settings, gpu.usable_bytes,

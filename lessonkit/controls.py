@@ -19,13 +19,15 @@ MODEL_SIZES = ("0.5B", "1B", "3B", "7B", "8B", "13B", "34B", "70B")
 SEQ_LENS = tuple(2**k for k in range(7, 16))          # 128 .. 32768
 LORA_RANKS = tuple(2**k for k in range(0, 9))         # 1 .. 256
 GPU_COUNTS = (1, 2, 4, 8)
+LORA_DROPOUTS = (0.0, 0.05, 0.1)  # peft's default, and what LitGPT, TRL and axolotl recipes use
 TOKEN_COUNTS = (1e6, 1e7, 1e8, 1e9)
 # Estimate keyword -> (CSS name, label) of its control.
 CONTROL_NAMES = {
     "model": ("model", "Model"), "method": ("method", "Method"),
     "precision": ("precision", "Precision"), "optimizer": ("optimizer", "Optimizer"),
     "batch_size": ("batch", "Batch size"), "seq_len": ("seq", "Sequence length"),
-    "lora_rank": ("rank", "LoRA rank"), "gradient_checkpointing": ("checkpointing",
+    "lora_rank": ("rank", "LoRA rank"), "lora_dropout": ("dropout", "LoRA dropout"),
+    "gradient_checkpointing": ("checkpointing",
                                                                   "Gradient checkpointing"),
     "n_gpus": ("gpus", "GPUs"), "zero_stage": ("zero", "ZeRO stage"),
     "gpu_set": ("gpu-set", "GPUs shown"), "tokens": ("tokens", "Training tokens"),
@@ -52,8 +54,9 @@ def build_control(name: str, value: Any, continuous: bool) -> Any:
     elif name == "method":
         widget, kind = W.ToggleButtons(options=list(METHODS), value=value, description=label,
                                        style={**style, "button_width": "5.5em"}), "toggle"
-    elif name in ("precision", "optimizer", "zero_stage"):
-        options = {"precision": PRECISIONS, "optimizer": OPTIMIZERS, "zero_stage": ZERO_STAGES}
+    elif name in ("precision", "optimizer", "zero_stage", "lora_dropout"):
+        options = {"precision": PRECISIONS, "optimizer": OPTIMIZERS, "zero_stage": ZERO_STAGES,
+                   "lora_dropout": LORA_DROPOUTS}
         widget, kind = W.Dropdown(options=list(options[name]), value=value, description=label,
                                   style=style, layout=layout), "dropdown"
     elif name == "batch_size":
@@ -84,13 +87,14 @@ def build_control(name: str, value: Any, continuous: bool) -> Any:
 ALLOWED = {  # allowed values of each control, for clear errors on bad defaults
     "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
     "zero_stage": ZERO_STAGES, "seq_len": SEQ_LENS, "lora_rank": LORA_RANKS,
+    "lora_dropout": LORA_DROPOUTS,
     "n_gpus": GPU_COUNTS, "tokens": TOKEN_COUNTS, "size": MODEL_SIZES,
     "budget": ("Low", "High"), "gpu_set": ("Guide's four", "All"),
 }
 SETUP_DEFAULTS = {  # estimate()'s own defaults, so an explorer starts where estimate() does
     "method": "full", "precision": "bf16-mixed", "optimizer": "adamw", "batch_size": 1,
     "seq_len": 512, "lora_rank": 16, "gradient_checkpointing": False, "n_gpus": 1,
-    "zero_stage": 0,
+    "zero_stage": 0, "lora_dropout": 0.0,
 }
 
 
@@ -154,8 +158,9 @@ def estimate_settings(controls: dict[str, Any], fixed: dict[str, Any]) -> dict[s
 
 
 def sync_enabled(controls: dict[str, Any]) -> None:
-    """Grey out LoRA rank for full fine-tuning and the ZeRO stage on one GPU."""
-    if "lora_rank" in controls:
-        controls["lora_rank"].disabled = controls["method"].value == "full"
+    """Grey out LoRA rank and dropout for full fine-tuning and the ZeRO stage on one GPU."""
+    for name in ("lora_rank", "lora_dropout"):
+        if name in controls:
+            controls[name].disabled = controls["method"].value == "full"
     if "zero_stage" in controls and "n_gpus" in controls:
         controls["zero_stage"].disabled = controls["n_gpus"].value == 1

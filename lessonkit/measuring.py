@@ -49,7 +49,8 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
             lora_targets: tuple[str, ...] | str = DEFAULT_LORA_TARGETS, n_gpus: int = 1,
             zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
             double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
-            device: str = "cpu") -> MemoryReport:
+            device: str = "cpu", lora_dropout: float = 0.0,
+            bitsandbytes: str = "current") -> MemoryReport:
     """Measure the peak memory per GPU of one training step of ``model`` (see the module doc).
 
     Takes the same keyword arguments as ``estimate``; ``device="cpu"`` measures under
@@ -62,7 +63,8 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
                         lora_targets=lora_targets, n_gpus=n_gpus, zero_stage=zero_stage,
                         attention=attention, offload_optimizer=offload_optimizer,
                         double_quant=double_quant, lora_dtype=lora_dtype,
-                        gradient_accumulation=gradient_accumulation, device=device)
+                        gradient_accumulation=gradient_accumulation, device=device,
+                        lora_dropout=lora_dropout, bitsandbytes=bitsandbytes)
     _require_torch()
     if settings.device == "cuda":
         return measure_cuda(spec, settings)
@@ -132,7 +134,7 @@ def build_model(spec: ModelSpec, settings: RunSettings, device: str) -> Any:
 
         targets = settings.lora_targets
         lora = peft.LoraConfig(r=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
-                               lora_dropout=0.0, task_type="CAUSAL_LM",
+                               lora_dropout=settings.lora_dropout, task_type="CAUSAL_LM",
                                target_modules=(targets if isinstance(targets, str)
                                                else list(targets)))
         with warnings.catch_warnings():  # deprecations inside peft; GPT-2's Conv1D notice
@@ -143,13 +145,21 @@ def build_model(spec: ModelSpec, settings: RunSettings, device: str) -> Any:
             for name, param in model.named_parameters():
                 if "lora_" in name:
                     param.data = param.data.to(torch.bfloat16)
-        if settings.method == "qlora":
+        if settings.method == "qlora" and not (device == "meta" and real_bitsandbytes()):
             from ._standins import quantize_linears
 
             quantize_linears(model, compute_dtype, settings.double_quant,
-                             real=settings.device == "cuda" and device != "meta")
+                             real=device != "meta")
     model.train()
     return model
+
+
+def real_bitsandbytes() -> bool:
+    """Whether bitsandbytes is installed and imports (0.50 runs its 4-bit layers and 8-bit
+    optimizers on CPU, under FakeTensorMode too); otherwise measure uses stand-ins."""
+    from ._bnb import bitsandbytes
+
+    return bitsandbytes() is not None
 
 
 def finish_model(model: Any, spec: ModelSpec, settings: RunSettings) -> None:
@@ -195,8 +205,9 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from ._memtrack import Tracker, fsdp_buffers_are_temporaries, storage_keys, tensor_bytes
-    from ._standins import (Parallel, fake_process_group, make_optimizer, off_device_tensors,
-                           quant_state_tensors, state_tensors)
+    from ._bnb import prepare_fake_bitsandbytes, quant_state_tensors
+    from ._standins import (Parallel, fake_process_group, legacy_bnb_saves_input,
+                            make_optimizer, off_device_tensors, quantize_linears, state_tensors)
 
     _, compute_dtype = dtypes(settings)
     # ZeRO-3 with a "-mixed" precision is FSDP's mixed precision, not autocast
@@ -206,10 +217,18 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
         stack.enter_context(unpacked_sequences())
         if settings.zero_stage == 3:
             parallel.mesh = stack.enter_context(fake_process_group(settings.n_gpus))
+        real_bnb = real_bitsandbytes()
+        stack.enter_context(warnings.catch_warnings())
+        warnings.filterwarnings("ignore", message="Paged optimizers are not supported on CPU")
         if fake:
             model = build_model(spec, settings, "meta")
+            if real_bnb:
+                prepare_fake_bitsandbytes()
             stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
             model.to_empty(device="cpu")
+            if settings.method == "qlora" and real_bnb:
+                quantize_linears(model, compute_dtype, settings.double_quant, real=True,
+                                 fake=True)
         else:
             torch.manual_seed(0)
             model = build_model(spec, settings, device)
@@ -238,6 +257,8 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
         tracker.add(ids, phase="forward")
         autocast = settings.mixed and not settings.sharded_mixed
         stack.enter_context(fsdp_buffers_are_temporaries(settings.zero_stage == 3))
+        stack.enter_context(legacy_bnb_saves_input(
+            settings.method == "qlora" and settings.bitsandbytes == "before-0.43.2"))
         if device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -272,10 +293,11 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
         measured = {
             "attention_implementation": getattr(model.config, "_attn_implementation", None),
             "parameter_bytes": tensor_bytes(model.parameters()),
-            "buffer_bytes": tensor_bytes(model.buffers()),
+            "buffer_bytes": tensor_bytes(list(model.buffers()) + quant_state_tensors(model)),
             "trainable_parameters": sum(p.numel() for p in params),
             "gradient_bytes": tensor_bytes(grads),
             "optimizer_bytes": tensor_bytes(states),
+            "cpu_only": fake and cpu_kernels_differ(spec, settings),
         }
     phase_peaks = {}
     for phase, level in occurrences:
@@ -294,6 +316,13 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
     return report, tracker
 
 
+
+
+def cpu_kernels_differ(spec: ModelSpec, settings: RunSettings) -> bool:
+    """Whether CPU kernels keep more than CUDA's would for this run: any dropout (GPT-2's own,
+    peft's lora_dropout) keeps its mask in the input's dtype on CPU (bool on CUDA), and with
+    dropout CPU SDPA takes the math path (seq x seq matrices)."""
+    return spec.family == "gpt2" or (settings.method != "full" and settings.lora_dropout > 0)
 
 
 def measure_cuda(spec: ModelSpec, settings: RunSettings) -> MemoryReport:
@@ -350,7 +379,7 @@ _PARALLEL_NOTES = (
 def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]) -> list[str]:
     """What the measurement did, in words, for the report."""
     s = settings
-    real_bnb = s.device == "cuda" and bitsandbytes() is not None
+    real_bnb = real_bitsandbytes()
     notes = ["Steady state: the optimizer states exist from a previous step; gradients are "
              "set to None between steps (zero_grad(set_to_none=True))."]
     half = "fp16" if s.precision.startswith("fp16") else "bf16"
@@ -408,10 +437,16 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
                      f"{measured['trainable_parameters']:,} trainable parameters.")
         if spec.lora_default_note(s.lora_targets):
             notes.append(spec.lora_default_note(s.lora_targets))
+    if s.method != "full" and s.lora_dropout:
+        notes.append(f"peft lora_dropout={s.lora_dropout:g} on every adapter.")
     if s.method == "qlora" and real_bnb:
-        notes.append("bitsandbytes Linear4bit (NF4"
+        import bitsandbytes
+
+        notes.append(f"bitsandbytes {bitsandbytes.__version__} Linear4bit (NF4"
                      + (", double quantization" if s.double_quant else "") + ") on every "
-                     "linear layer of the decoder blocks.")
+                     "linear layer of the decoder blocks"
+                     + (", with MatMul4Bit keeping each layer's input as releases before "
+                        "0.43.2 did." if s.bitsandbytes == "before-0.43.2" else "."))
     elif s.method == "qlora":
         notes.append("CPU stand-in for bitsandbytes Linear4bit: NF4 weights packed two per "
                      "byte with " + ("uint8 absmax per 64 values and an fp32 constant per 256 "
@@ -427,4 +462,11 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
                      + ", ".join(f"{p / 2**30:.3f} GiB" for p in peaks) + ".")
     notes.append("Logits: tensors shaped [..., vocab] (the logits, their fp32 copy for the "
                  "loss, log-softmax and their gradients).")
+    if measured.get("cpu_only"):
+        what = ("GPT-2's dropout makes CPU SDPA take the math path (seq x seq attention "
+                "matrices kept) and " if spec.family == "gpt2" else "")
+        notes.append(f"CPU-only figure: {what}CPU dropout keeps each mask in its input's dtype, "
+                     "where CUDA keeps 1-byte masks and no attention matrix. "
+                     "estimate(device='cpu') reproduces this measurement; estimate(device='cuda') "
+                     "gives what a CUDA run allocates.")
     return notes

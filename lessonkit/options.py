@@ -24,6 +24,9 @@ OPTIMIZERS = (
 ATTENTION = ("sdpa", "flash", "eager")
 ZERO_STAGES = (0, 1, 2, 3)
 LORA_DTYPES = ("fp32", "bf16")
+# What a bitsandbytes 4-bit layer keeps for backward: "current" (0.43.2 and later, PR #1270:
+# only the packed weight) or "before-0.43.2" (the layer's input too, when it needs a gradient).
+BNB_BEHAVIOURS = ("current", "before-0.43.2")
 
 # Bytes per element of each dtype name used above.
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "uint8": 1}

@@ -12,7 +12,8 @@ from typing import Any
 
 from .errors import LessonkitError, choose, positive_int
 from .models import DEFAULT_LORA_TARGETS, ModelSpec
-from .options import ATTENTION, LORA_DTYPES, METHODS, OPTIMIZERS, PRECISIONS, ZERO_STAGES
+from .options import (ATTENTION, BNB_BEHAVIOURS, LORA_DTYPES, METHODS, OPTIMIZERS, PRECISIONS,
+                      ZERO_STAGES)
 
 DEVICES = ("cuda", "cpu")
 MAX_BATCH = 4096
@@ -43,6 +44,8 @@ class RunSettings:
     lora_dtype: str
     gradient_accumulation: int
     device: str
+    lora_dropout: float = 0.0
+    bitsandbytes: str = "current"
 
     @property
     def mixed(self) -> bool:
@@ -81,6 +84,13 @@ def _targets(value: object) -> tuple[str, ...] | str | None:
                          f"['q_proj', 'v_proj']) or 'all-linear', got {value!r}.")
 
 
+def _probability(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise LessonkitError(f"{what} must be a number from 0 up to (not including) 1, such as "
+                             f"0.05 or 0.1, got {value!r}.")
+    return float(value)
+
+
 def _seq_len(value: object, spec: ModelSpec) -> int:
     seq = positive_int(value, "seq_len", maximum=MAX_SEQ)
     if spec.max_positions and seq > spec.max_positions:
@@ -117,6 +127,8 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
         gradient_accumulation=positive_int(kw["gradient_accumulation"], "gradient_accumulation",
                                            maximum=MAX_ACCUMULATION),
         device=choose(kw["device"], DEVICES, "device"),
+        lora_dropout=_probability(kw.get("lora_dropout", 0.0), "lora_dropout"),
+        bitsandbytes=choose(kw.get("bitsandbytes", "current"), BNB_BEHAVIOURS, "bitsandbytes"),
     )
     if s.method != "full":
         spec.lora_shapes(s.lora_targets)  # raises, naming the targets this model has

@@ -45,9 +45,15 @@ def cuda_constants() -> dict[str, Any]:
 
 
 def _nf4_bytes(numel: int, double_quant: bool) -> int:
+    """One NF4 weight as bitsandbytes stores it: the packed values, the absmax constants, and
+    its QuantState's own code tables (the 16 NF4 values; with double quantization the 256-entry
+    8-bit map and the fp32 offset), all fp32."""
     blocks = math.ceil(numel / NF4_BLOCK)
-    constants = blocks + 4 * math.ceil(blocks / NF4_NESTED_BLOCK) if double_quant else 4 * blocks
-    return (numel + 1) // 2 + constants
+    if double_quant:
+        constants = blocks + 4 * math.ceil(blocks / NF4_NESTED_BLOCK) + 4 * 256 + 4
+    else:
+        constants = 4 * blocks
+    return (numel + 1) // 2 + constants + 4 * 16
 
 
 def _buffer_bytes(spec: ModelSpec) -> int:
@@ -63,7 +69,8 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
              lora_targets: tuple[str, ...] | str = DEFAULT_LORA_TARGETS, n_gpus: int = 1,
              zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
              double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
-             device: str = "cuda") -> MemoryReport:
+             device: str = "cuda", lora_dropout: float = 0.0,
+             bitsandbytes: str = "current") -> MemoryReport:
     """Estimate the peak GPU memory per GPU of one training step of ``model``.
 
     ``model`` is a preset name ("llama-2-7b"), a size ("7B", 7e9), a ModelSpec or a Hugging
@@ -76,7 +83,8 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
         seq_len=seq_len, gradient_checkpointing=gradient_checkpointing, lora_rank=lora_rank,
         lora_targets=lora_targets, n_gpus=n_gpus, zero_stage=zero_stage, attention=attention,
         offload_optimizer=offload_optimizer, double_quant=double_quant, lora_dtype=lora_dtype,
-        gradient_accumulation=gradient_accumulation, device=device)
+        gradient_accumulation=gradient_accumulation, device=device, lora_dropout=lora_dropout,
+        bitsandbytes=bitsandbytes)
     return _Step(spec, s).report()
 
 
@@ -111,7 +119,9 @@ class _Step:
         layer_params: list[tuple[tuple[int, ...], int, bool]] = []
         for tensor in tensors.layer:
             if not (qlora and tensor.kind == "linear"):
-                layer_params.append((tensor.shape, self.wp, full))
+                # a 4-bit layer casts its bias to the compute dtype (in place, at its forward)
+                nbytes = self.c if qlora and tensor.kind == "bias" else self.wp
+                layer_params.append((tensor.shape, nbytes, full))
         if lora:
             for n_in, n_out in spec.lora_shapes(s.lora_targets):
                 layer_params += [((s.lora_rank, n_in), self.ad, True),
@@ -145,10 +155,12 @@ class _Step:
         self.layer_grads = sum(grad_dtype * math.prod(local(sh, g_stage))
                                for sh, _, trained in layer_params if trained)
         self.first_layer_grad = grad_dtype * math.prod(local(mlp_out, g_stage)) if full else 0
-        if s.gradient_accumulation > 1:
-            self.layer_grads = self.first_layer_grad = 0
-        self.head_grads = (self.p * spec.vocab_size * spec.hidden_size / (n if zero >= 2 else 1)
+        # lm_head's gradient, made at the start of backward (untied, full fine-tuning)
+        self.head_grads = (grad_dtype * math.prod(local((spec.vocab_size, spec.hidden_size),
+                                                        g_stage))
                            if full and not spec.tie_embeddings else 0)
+        if s.gradient_accumulation > 1:  # accumulated in place into the existing gradients
+            self.layer_grads = self.first_layer_grad = self.head_grads = 0
         # optimizer states: sharded from ZeRO-1
         shards = [(math.prod(local(sh, zero)), local(sh, zero), count) for sh, count in trainable]
         state = opt.state_bytes(s.optimizer, shards, grad_dtype, master)
@@ -179,7 +191,9 @@ class _Step:
                             targets=targets if lora else frozenset(),
                             ad=self.c if self.sharded_mixed else self.ad,
                             rank=s.lora_rank, qlora=qlora, attention=s.attention,
-                            dropout=dropout, cpu=s.device == "cpu")
+                            dropout=dropout, cpu=s.device == "cpu",
+                            lora_dropout=s.lora_dropout if lora else 0.0,
+                            bnb_saves_input=qlora and s.bitsandbytes == "before-0.43.2")
         self._activations()
 
     def _fsdp_buffers(self, layer_params: list, root_params: list, local: Any) -> dict[str, int]:
@@ -197,10 +211,10 @@ class _Step:
                 out["params"] += g * numel
                 out["flat"] += g * padded
                 if trained:
-                    r = 4 if self.sharded_mixed else nbytes  # reduce-scatter and shards
+                    r = 4 if self.sharded_mixed else nbytes  # reduce-scatter in fp32
                     out["grads"] += g * numel
                     out["rs"] += r * padded
-                    out["shard"] += r * padded // n
+                    out["shard"] += nbytes * padded // n  # shards keep the parameter's dtype
             return out
 
         layer, root = sizes(layer_params), sizes(root_params)
@@ -242,10 +256,13 @@ class _Step:
         self.logsoftmax = 4 * t * v
         self.inputs = 8 * t  # input_ids (the labels are the same tensor)
         copies = self.first_copies + (spec.n_layers - 1) * self.layer_copies
+        # bitsandbytes before 0.43.2 kept the 4-bit layers' inputs on ctx, not as saved
+        # tensors: checkpointing cannot drop them, so each layer keeps them beside its input
+        self.bnb_kept = sum(other.items[k] for k in other.bnb_inputs if k != "L1.x") if ckpt else 0
         if ckpt:
             # each layer keeps only its input; autocast still caches the copies of trained
             # weights until the forward ends, and nothing is saved for backward
-            self.fw_layers = spec.n_layers * p * t * h + self.rope
+            self.fw_layers = spec.n_layers * (p * t * h + self.bnb_kept) + self.rope
             self.fw_copies, self.bw_copies = (copies if full else 0), 0
         else:
             self.fw_layers = (self.first_saved + (spec.n_layers - 1) * self.layer_saved
@@ -296,7 +313,7 @@ class _Step:
         spec, s = self.spec, self.s
         t, h, p = self.ctx.tokens, spec.hidden_size, self.p
         layers, ckpt = spec.n_layers, s.gradient_checkpointing
-        kept = p * t * h if ckpt else self.layer_saved
+        kept = p * t * h + self.bnb_kept if ckpt else self.layer_saved
         kept_copies = 0 if ckpt else self.layer_copies
         moments = []
         for k in sorted({0, layers - 1}) if ks is None else ks:  # k layers done
@@ -331,30 +348,50 @@ class _Step:
         t, h, p = self.ctx.tokens, spec.hidden_size, self.p
         layers = spec.n_layers
         full = s.method == "full"
-        kept = p * t * h if s.gradient_checkpointing else self.layer_saved
+        ckpt = s.gradient_checkpointing
+        accumulating = s.gradient_accumulation > 1
+
+        def kept(i: int) -> int:
+            """What decoder layer ``i`` keeps for backward (the first may keep less)."""
+            if ckpt:
+                return p * t * h
+            return self.first_saved if i == 0 else self.layer_saved
+
+        def copies(i: int) -> int:
+            return 0 if ckpt else (self.first_copies if i == 0 else self.layer_copies)
+
+        def freed(j: int) -> tuple[int, int]:
+            """Activations and weight copies the last ``j`` layers kept (freed once done)."""
+            done = range(layers - j, layers)
+            return sum(kept(i) for i in done), sum(copies(i) for i in done)
+
         fw_end = dict(static, gradients=grads_fw,
                       activations=self.inputs + self.fw_layers + p * t * h
                       + 8 * s.batch_size * (s.seq_len + 1),
                       temporaries=self.fw_copies + f["root_params"] + f["layer_params"]
                       + f["layer_flat"])
         # gathering the last layer: the previous layer's buffer is freed only after it
-        fw_gather = dict(fw_end, activations=fw_end["activations"] - kept,
-                         temporaries=fw_end["temporaries"] - self.layer_copies
+        fw_gather = dict(fw_end, activations=fw_end["activations"] - kept(layers - 1),
+                         temporaries=fw_end["temporaries"] - copies(layers - 1)
                          + f["layer_flat"])
+        # lm_head's unsharded gradient, held until the root's reduction at the end
         head = (self.c if self.sharded_mixed else self.wp) * spec.vocab_size * h if full else 0
         moments = []
         for k in sorted({0, 1, layers - 2, layers - 1} & set(range(layers))):
             held = f["layer_rs"] if k else 0
-            end = dict(static, gradients=grads_fw + head + k * f["layer_shard"],
-                       activations=self.inputs + max(self.rope, self.fw_layers - (k + 1) * kept)
+            gone, gone_copies = freed(k + 1)
+            # with several micro-batches every shard exists already and is added to in place
+            shards = 0 if accumulating else k * f["layer_shard"]
+            end = dict(static, gradients=grads_fw + shards,
+                       activations=self.inputs + max(self.rope, self.fw_layers - gone)
                        + 2 * p * t * h,
-                       temporaries=max(0, self.bw_copies - (k + 1) * self.layer_copies)
+                       temporaries=max(0, self.bw_copies - gone_copies) + head
                        + f["root_params"] + f["layer_params"] + f["layer_grads"] + held
                        + (f["layer_flat"] if k < layers - 1 else 0))
             reduce = dict(end, temporaries=end["temporaries"] - f["layer_params"] - held
                           + f["layer_rs"])
             # its start: its activations still saved, its own gathered buffer not yet freed
-            start = dict(end, activations=end["activations"] + kept,
+            start = dict(end, activations=end["activations"] + kept(layers - 1 - k),
                          temporaries=end["temporaries"] - f["layer_grads"]
                          + (0 if k < layers - 1 else f["layer_flat"]))
             # inside its MLP's backward (as bw_layer without FSDP): down_proj's gradient done
@@ -364,7 +401,7 @@ class _Step:
                     start, activations=start["activations"] - 2 * p * t * h + extra,
                     temporaries=start["temporaries"] + temps + self.fsdp_first_grad
                     - (0 if k < layers - 1 else f["layer_flat"])))
-        layer_grads = self.gradients - f["root_shard"]
+        layer_grads = self.gradients - (0 if accumulating else f["root_shard"])
         root = dict(static, gradients=layer_grads, activations=self.inputs + 2 * p * t * h,
                     temporaries=f["layer_rs"] + f["root_params"] + f["root_grads"])
         root_reduce = dict(static, gradients=layer_grads, activations=self.inputs,
@@ -421,13 +458,25 @@ class _Step:
                          "(peft keeps adapters in fp32 by default); the base model is frozen.")
             if spec.lora_default_note(s.lora_targets):
                 notes.append(spec.lora_default_note(s.lora_targets))
+        if s.method != "full" and s.lora_dropout:
+            notes.append(f"LoRA dropout {s.lora_dropout:g} (peft): each adapter keeps its own "
+                         "dropped-out copy of its input and, where the input needs a gradient, "
+                         "the dropout's mask (1 byte per element on CUDA, the input's dtype on "
+                         "CPU).")
         if s.method == "qlora":
             dq = ("double quantization (a uint8 absmax per 64 values and an fp32 constant per "
                   "256 blocks)" if s.double_quant else "an fp32 absmax per 64 values")
             notes.append("QLoRA: the decoder's linear weights in NF4, 0.5 bytes per parameter "
                          f"with {dq}; embeddings, norms and lm_head stay in "
                          f"{'fp32' if self.p == 4 else 'bf16'}. Each layer's weight is "
-                         "dequantized into a 16-bit temporary in forward and again in backward.")
+                         "dequantized into a 16-bit temporary in forward and again in backward; "
+                         "its output comes back in its input's dtype.")
+            notes.append(
+                "bitsandbytes 0.43.2 or later (measured with 0.50.2): a 4-bit layer keeps only "
+                "its packed weight for backward." if s.bitsandbytes == "current" else
+                "bitsandbytes before 0.43.2 (e.g. 0.41.1, 2023): each 4-bit layer also keeps its "
+                "input for backward, on the autograd context, so gradient checkpointing does "
+                "not free it (fixed by bitsandbytes PR #1270, released in 0.43.2).")
         attn = {"sdpa": "SDPA attention (flash / memory-efficient kernels): no seq x seq matrix "
                         "is kept.",
                 "flash": "FlashAttention: no seq x seq matrix is kept.",
@@ -460,7 +509,9 @@ class _Step:
                        "gathered at a time, beside the next layer's all-gather buffer "
                        "(prefetched); in backward, add that layer's unsharded gradients and one "
                        "reduce-scatter buffer (the previous layer's, then its own): at most "
-                       "four layer-sized buffers at once"
+                       "four layer-sized buffers at once, beside lm_head's unsharded gradient "
+                       "(held until the root's reduction); with several micro-batches the "
+                       "gradient shards exist from the first and are added to in place"
                     }[s.zero_stage]
             notes.append(f"{s.n_gpus} GPUs, {kind}; figures are per GPU.")
         if s.offload_optimizer:

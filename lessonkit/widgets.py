@@ -20,7 +20,8 @@ CSS classes, for browser tests and styling:
   - each control: ``lessonkit-<kind>-<name>``, kind being slider, dropdown, toggle or checkbox:
     ``lessonkit-dropdown-model``, ``lessonkit-toggle-method``, ``lessonkit-dropdown-precision``,
     ``lessonkit-dropdown-optimizer``, ``lessonkit-slider-batch``, ``lessonkit-slider-seq``,
-    ``lessonkit-slider-rank``, ``lessonkit-checkbox-checkpointing``, ``lessonkit-slider-gpus``,
+    ``lessonkit-slider-rank``, ``lessonkit-dropdown-dropout``,
+    ``lessonkit-checkbox-checkpointing``, ``lessonkit-slider-gpus``,
     ``lessonkit-dropdown-zero``, ``lessonkit-toggle-gpu-set``, ``lessonkit-slider-tokens``,
     ``lessonkit-dropdown-size``, ``lessonkit-toggle-budget``.
 """
@@ -149,7 +150,7 @@ def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
 
 # ----- the explorers -----------------------------------------------------------------------
 VRAM_CONTROLS = ["model", "method", "precision", "optimizer", "batch_size", "seq_len",
-                 "lora_rank", "gradient_checkpointing", "n_gpus", "zero_stage"]
+                 "lora_rank", "lora_dropout", "gradient_checkpointing", "n_gpus", "zero_stage"]
 
 
 def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defaults: Any) -> Any:
@@ -175,7 +176,7 @@ def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defau
     return explorer_class()(
         "vram", controls, update, figure,
         [["model", "method"], ["precision", "optimizer"], ["batch_size", "seq_len"],
-         ["lora_rank", "gradient_checkpointing"], ["n_gpus", "zero_stage"]],
+         ["lora_rank", "lora_dropout", "gradient_checkpointing"], ["n_gpus", "zero_stage"]],
         static_key=chart.static_key, live=chart.live_artists,
         link=precision_follows_method(controls),
         chart=chart, report=None)

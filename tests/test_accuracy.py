@@ -134,6 +134,24 @@ GRID = [
                   lora_targets="all-linear")),
     ("wgpt2", dict(batch_size=4, seq_len=512, gradient_checkpointing=True)),
     ("wgpt2", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, method="lora")),
+    # peft's lora_dropout (recipes use 0.05-0.1): a dropped-out copy of each adapted input
+    # and its mask
+    ("llama", dict(batch_size=4, seq_len=256, method="lora", lora_dropout=0.1)),
+    ("llama", dict(batch_size=4, seq_len=256, method="lora", precision="bf16",
+                   lora_targets="all-linear", lora_dropout=0.1)),
+    ("qwen", dict(batch_size=2, seq_len=256, precision="fp16-mixed", method="lora",
+                  lora_targets="all-linear", lora_dropout=0.05)),
+    ("gpt2", dict(batch_size=4, seq_len=128, method="lora", lora_dropout=0.1)),
+    ("wide", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, method="lora",
+                  lora_targets="all-linear", precision="bf16", lora_dropout=0.1)),
+    ("wide", dict(batch_size=2, seq_len=512, gradient_checkpointing=True, method="qlora",
+                  lora_targets="all-linear", lora_dropout=0.1)),
+    # bitsandbytes before 0.43.2: each 4-bit layer kept its input (past checkpointing too)
+    ("llama", dict(batch_size=4, seq_len=256, method="qlora", bitsandbytes="before-0.43.2")),
+    ("llama", dict(batch_size=4, seq_len=256, method="qlora", precision="bf16",
+                   gradient_checkpointing=True, bitsandbytes="before-0.43.2")),
+    ("gpt2", dict(batch_size=4, seq_len=128, method="qlora", lora_targets="all-linear",
+                  bitsandbytes="before-0.43.2")),
 ]
 
 
@@ -184,6 +202,11 @@ def test_grid_covers_what_it_claims() -> None:
     assert {kw.get("method", "full") for kw in wide_ckpt} == set(METHODS)
     assert any(kw.get("zero_stage") == 3 for kw in wide_ckpt)
     assert {SPECS[f].family for f, kw in GRID if kw in wide_ckpt} >= {"llama", "gpt2"}
+    dropout = [kw for _, kw in GRID if kw.get("lora_dropout")]
+    assert {kw["method"] for kw in dropout} == {"lora", "qlora"}
+    assert any(kw.get("gradient_checkpointing") for kw in dropout)
+    legacy = [kw for _, kw in GRID if kw.get("bitsandbytes") == "before-0.43.2"]
+    assert any(kw.get("gradient_checkpointing") for kw in legacy) and len(legacy) >= 3
 
 
 @pytest.mark.parametrize("case", GRID, ids=_id)

@@ -74,6 +74,18 @@ def test_every_option_reaches_the_estimate(capsys) -> None:
     assert data["total_bytes"] == expected.total_bytes
 
 
+def test_lora_dropout_and_bitsandbytes_behaviour_reach_the_estimate(capsys) -> None:
+    code, out, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--lora-dropout",
+                       "0.05", "--bitsandbytes", "before-0.43.2", "--gradient-checkpointing",
+                       "--batch-size", "4", "--json")
+    data = json.loads(out)
+    kw = dict(method="qlora", precision="bf16", gradient_checkpointing=True, batch_size=4)
+    expected = estimate("llama-2-7b", lora_dropout=0.05, bitsandbytes="before-0.43.2", **kw)
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    assert data["total_bytes"] > estimate("llama-2-7b", **kw).total_bytes
+    assert any("before 0.43.2" in a for a in data["assumptions"])
+
+
 def test_lora_targets_default_to_the_model_family(capsys) -> None:
     code, out, _ = run(capsys, "--model", "gpt2", "--method", "lora", "--json")
     data = json.loads(out)
@@ -170,6 +182,8 @@ BAD = [
     (["--model", "7B", "--offload-optimizer"], "needs ZeRO"),
     (["--model", "7B", "--device", "tpu"], "Unknown device"),
     (["--model", "7B", "--attention", "flash3"], "Unknown attention"),
+    (["--model", "7B", "--method", "lora", "--lora-dropout", "1.5"], "lora_dropout must be"),
+    (["--model", "7B", "--method", "qlora", "--bitsandbytes", "0.41"], "bitsandbytes"),
     (["--model", "0.1"], "at least 1M parameters, got 0.1"),
     (["--model", "7GB"], "Or a size in parameters: '7B'"),
     (["--model", "7"], "got 7. A size counts parameters: '7B'"),

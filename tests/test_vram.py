@@ -104,7 +104,8 @@ def test_zero3_on_8_gpus_shards_exactly() -> None:
 def test_zero3_buffers_are_what_the_assumption_says() -> None:
     """At the backward peak: the root gathered, plus four layer-sized 16-bit buffers (the
     layer's parameters, the next one's all-gather buffer, its unsharded gradients, one
-    reduce-scatter buffer), as the assumption text says."""
+    reduce-scatter buffer) and lm_head's unsharded gradient, as the assumption text says; the
+    gradients at the peak are shards only."""
     spec = get_preset("llama-2-7b")  # every dimension divides by 8: no padding
     tensors = spec.parameter_tensors()
     layer = 2 * sum(math.prod(t.shape) for t in tensors.layer)
@@ -112,9 +113,12 @@ def test_zero3_buffers_are_what_the_assumption_says() -> None:
     for kw in (dict(), dict(seq_len=64), dict(gradient_checkpointing=True)):
         r = _est("llama-2-7b", n_gpus=8, zero_stage=3, precision="bf16", device="cpu", **kw)
         assert r.peak_phase == "backward"
-        assert r.breakdown["temporaries"] == root + 4 * layer
+        head = 2 * spec.vocab_size * spec.hidden_size
+        assert r.breakdown["temporaries"] == root + 4 * layer + head
+        assert r.breakdown["gradients"] <= r.settings["estimated"]["gradient_bytes"]
         note = next(a for a in r.assumptions if "ZeRO-3" in a)
         assert "one decoder layer's parameters" in note and "four layer-sized" in note
+        assert "lm_head's unsharded gradient" in note
         assert "two decoder layers" not in note
 
 
@@ -218,7 +222,7 @@ def test_import_stays_light_and_estimate_needs_no_torch() -> None:
 
 
 # lessonkit's private modules that need torch, as their docstrings say; measure() imports them
-NEEDS_TORCH = {"_memtrack", "_standins"}
+NEEDS_TORCH = {"_memtrack", "_standins", "_bnb"}
 
 
 def test_every_public_module_imports_without_torch() -> None:
@@ -351,3 +355,34 @@ def test_gpt2_lora_uses_peft_default_targets() -> None:
 
 def test_exported_from_the_package() -> None:
     assert lessonkit.estimate is estimate
+
+
+def test_zero3_with_accumulation_counts_each_gradient_shard_once() -> None:
+    """With several micro-batches the shards exist from the first one and are added to in
+    place: the gradients at the peak are the shards, and ZeRO-3 stays below ZeRO-2."""
+    kw = dict(n_gpus=8, gradient_accumulation=2)
+    z3 = estimate("llama-2-7b", zero_stage=3, **kw)
+    z2 = estimate("llama-2-7b", zero_stage=2, **kw)
+    assert z3.breakdown["gradients"] == z3.settings["estimated"]["gradient_bytes"]
+    assert z3.total_bytes < z2.total_bytes
+
+
+def test_one_layer_lora_under_zero3_has_no_negative_activations() -> None:
+    from lessonkit.models import ModelSpec
+
+    one = ModelSpec(name="one-layer", family="llama", n_layers=1, hidden_size=256, n_heads=4,
+                    n_kv_heads=4, intermediate_size=688, vocab_size=4096)
+    totals = []
+    for batch in (1, 2, 4):
+        r = estimate(one, method="lora", n_gpus=2, zero_stage=3, batch_size=batch, seq_len=64,
+                     device="cpu")
+        assert min(r.breakdown.values()) >= 0
+        totals.append(r.total_bytes)
+    assert totals == sorted(totals)
+
+
+def test_zero2_gradients_are_whole_bytes_on_an_odd_gpu_count() -> None:
+    r = estimate("llama-2-7b", n_gpus=3, zero_stage=2)
+    grads = r.settings["estimated"]["gradient_bytes"]
+    assert r.breakdown["gradients"] <= grads
+    assert all(isinstance(v, int) for v in r.phase_peaks.values())

@@ -703,3 +703,15 @@ def test_the_gpu_matrix_redraws_in_place_with_the_same_pixels_as_a_full_draw():
     bars = explorer.drawn["bars"]
     explorer.controls["batch_size"].value = 4  # same GPUs: the same bars, changed in place
     assert explorer.drawn["bars"] is bars
+
+
+def test_the_lora_dropout_control_reaches_the_estimate():
+    explorer = widgets.vram_explorer("7B", method="lora", lora_targets="all-linear")
+    dropout = explorer.controls["lora_dropout"]
+    assert not dropout.disabled and dropout.value == 0.0
+    dropout.value = 0.1
+    kw = dict(method="lora", precision="bf16", lora_targets="all-linear")
+    assert explorer.report.total_bytes == estimate("7B", lora_dropout=0.1, **kw).total_bytes
+    assert explorer.report.total_bytes > estimate("7B", **kw).total_bytes
+    explorer.controls["method"].value = "full"
+    assert dropout.disabled
