@@ -182,6 +182,23 @@ def test_what_the_text_says_about_the_default_numbers_holds() -> None:
     for optimizer in ("adamw", "adamw-fused"):  # long batches above, activations set the peak
         long = lessonkit.estimate("7B", optimizer=optimizer, batch_size=4, seq_len=2048)
         assert long.total_bytes > guide_high and long.peak_phase == "backward"
+    # Trainer(bf16=True) with transformers 5's defaults (usual_recipe, at the notebook's batch):
+    # pure bf16 halves weights, gradients and states; below the range even at batch 4 x 2048;
+    # fits one 80 GB card and no 48 GB one. Its recipe loaded in fp32 is the fused case above.
+    from lessonkit.recipes import usual_recipe
+
+    trainer = usual_recipe("trainer")
+    assert trainer["precision"] == "bf16" and trainer["optimizer"] == "adamw-fused"
+    bf16 = lessonkit.estimate("7B", method="full", **{**trainer, "batch_size": 1, "seq_len": 512})
+    for part in ("weights", "gradients", "optimizer"):
+        assert bf16.breakdown[part] == pytest.approx(usual.breakdown[part] / 2, rel=1e-6)
+    assert bf16.fits(lessonkit.get_gpu("A100 80GB").usable_bytes)
+    assert bf16.fits(lessonkit.get_gpu("H100").usable_bytes)
+    assert not bf16.fits(lessonkit.get_gpu("RTX A6000").usable_bytes)
+    long = lessonkit.estimate("7B", method="full", **{**trainer, "batch_size": 4, "seq_len": 2048})
+    assert long.total_bytes < guide_low
+    mixed = {**trainer, "precision": "bf16-mixed", "batch_size": 1, "seq_len": 512}
+    assert lessonkit.estimate("7B", method="full", **mixed).total_bytes == fused.total_bytes
     # notebook 5: a 16 GB T4 fails `< 16`, yet holds a small model's full fine-tune; a 24 GB
     # card passes and cannot hold a 7B one; LoRA of 7B on a T4 is tight
     from lessonkit.fitting import find_fit
@@ -208,12 +225,15 @@ def test_what_the_text_says_about_the_default_numbers_holds() -> None:
 
 
 def test_the_trainer_uses_fused_adamw_as_notebook_1_says(tmp_path) -> None:
-    """Notebook 1: `Trainer(bf16=True)` picks fused AdamW with the pinned transformers and torch."""
+    """Notebook 1: `Trainer(bf16=True)` picks fused AdamW with the pinned transformers and torch
+    (that from_pretrained loads the checkpoint's dtype is checked by tests/test_recipes.py)."""
     transformers = pytest.importorskip("transformers")
     args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=[])
     assert str(getattr(args.optim, "value", args.optim)) == "adamw_torch_fused"
     text = " ".join(c.source for c in read("01_vram_equation.ipynb").cells)
     assert "adamw_torch_fused" in text and "foreach" in text
+    # ... and computes the Trainer's line from the recipe data, not from typed settings
+    assert 'usual_recipe("trainer")' in text and "dtype=torch.float32" in text
 
 
 # ----- running them -------------------------------------------------------------------------
