@@ -20,6 +20,10 @@ from tests.test_published_runs import (  # noqa: E402
     DATA, ROWS, error, estimated_gb, median_error, single_gpu)
 
 
+def sentence(text: str) -> str:
+    return text.rstrip(".") + "."
+
+
 def cell(text: str) -> str:
     return text.replace("|", "\\|") or "-"
 
@@ -38,8 +42,8 @@ def main() -> None:
         print(f"- **{key}**: {source['title']}: `{source['repository']}` "
               f"`{source['path']}` at commit `{source['commit']}` ({source['url']}), "
               f"as of {source['as_of']} ({source['as_of_basis']}) "
-              f"Run: {source['run']} Settings: {source['settings_from']} "
-              f"Measured: {source['measured']}. {source['differences']}")
+              f"Run: {sentence(source['run'])} Settings: {sentence(source['settings_from'])} "
+              f"Measured: {sentence(source['measured'])} {source['differences']}")
     rows = single_gpu(ROWS)
     print("\nMedian |error| (target: within 10% over the single-GPU rows of all sources):\n")
     print("| source | single-GPU rows | median \\|error\\| | worst |")
