@@ -173,7 +173,7 @@ def _full_7b(**change: Any) -> Any:
 
 @_expects("02.1")
 def _full_7b_peak() -> float:
-    return _full_7b().total_bytes
+    return _full_7b().total_bytes / GiB
 
 
 @_expects("02.2")
@@ -206,7 +206,7 @@ def _checkpointing_saves() -> float:
     run = _lora_7b_batch4()
     with_checkpointing = vram.estimate("7B", method="lora", precision="bf16", batch_size=4,
                                        seq_len=1024, gradient_checkpointing=True)
-    return run.total_bytes - with_checkpointing.total_bytes
+    return (run.total_bytes - with_checkpointing.total_bytes) / GiB
 
 
 @_expects("02.5")
