@@ -2,8 +2,10 @@
 
 Each explorer returns an ``Explorer`` (explorer.py: an ipywidgets VBox) with ``.controls``
 (name -> widget, built by controls.py), ``.readout`` (an HTML widget), ``.output`` (the chart),
-``.figure`` and ``.redraw()``. A change redraws the chart in place as one PNG; the memory
-calculator repaints only its bars and their labels. A control that moves another (a method
+``.figure`` and ``.redraw()``. A change redraws the chart in place as one PNG: every explorer
+changes the artists of one reused figure and repaints only those that changed (bars, their
+labels, the title) over a saved picture of the rest; the decision flow keeps one picture per
+path through the flow. A control that moves another (a method
 brings its usual precision) redraws once. A callback never raises: a failing estimate is shown
 as a message in the readout.
 
@@ -283,8 +285,12 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
         rec = recommend(c["model"], method=c["method"], tokens=c["tokens"],
                         batch_size=c["batch_size"], seq_len=c["seq_len"])
         rows = environment_rows(rec)
-        ax.clear()
-        explorer.drawn = charts.draw_environment_costs(ax, rows)
+        names = [r["name"] for r in rows]
+        if explorer.drawn is not None and explorer.drawn["names"] == names:
+            charts.update_environment_costs(ax, explorer.drawn, rows)  # same bars, in place
+        else:
+            ax.clear()
+            explorer.drawn = charts.draw_environment_costs(ax, rows)
         ax.set_title(f"{rec.model.name}, {c['method']}: {c['tokens'] / 1e6:g}M training tokens "
                      f"(batch {c['batch_size']} x {c['seq_len']})\ncheapest setup that fits "
                      f"in each environment", fontsize=9)
@@ -302,10 +308,20 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
                 f"(${fastest['cost']:,.2f}).<br><small>Time assumes {rec.mfu:.0%} of each GPU's "
                 f"dense bf16 TFLOPS; prices are typical on-demand rates per GPU-hour.</small>")
 
-    return explorer_class()(
+    def static_key() -> tuple:
+        return (0, tuple(holder[0].drawn["names"]) if holder and holder[0].drawn else ())
+
+    def live() -> list[Any]:
+        return charts.environment_costs_live_artists(ax, holder[0].drawn)
+
+    holder: list[Any] = []
+    explorer = explorer_class()(
         "environment", controls, update, figure,
         [["model", "method"], ["batch_size", "seq_len"], ["tokens"]],
         recommendation=None, rows=None, drawn=None)
+    holder.append(explorer)
+    explorer._static_key, explorer._live = static_key, live
+    return explorer
 
 
 GUIDE_ANSWERS = {
@@ -327,16 +343,22 @@ def decision_flow_explorer(size: str = "7B", budget: str = "Low") -> Any:
         size, budget = controls["size"].value, controls["budget"].value
         path = charts.decision_path(size, budget)
         controls["budget"].disabled = "budget" not in path
-        ax.clear()
-        explorer.drawn = charts.draw_decision_flow(ax, path)
+        if explorer.drawn is None:
+            explorer.drawn = charts.draw_decision_flow(ax, path)
+        else:
+            charts.update_decision_flow(ax, explorer.drawn, path)  # same boxes, in place
         explorer.path = path
         asked = budget.lower() if "budget" in path else None
         rec = _recommend(size, budget=asked)
         explorer.recommendation = rec
         return decision_readout(path, rec)
 
-    return explorer_class()("decision-flow", controls, update, figure, [["size", "budget"]],
-                             path=None, drawn=None, recommendation=None)
+    # The picture depends on the path alone: one saved picture per path, nothing live.
+    explorer = explorer_class()("decision-flow", controls, update, figure, [["size", "budget"]],
+                                path=None, drawn=None, recommendation=None)
+    explorer._static_key = lambda: (0, tuple(explorer.path or ()))
+    explorer._live = list
+    return explorer
 
 
 def _recommend(model: Any, **kwargs: Any) -> Any:
