@@ -3,9 +3,9 @@
 Each explorer returns an ``Explorer`` (explorer.py: an ipywidgets VBox) with ``.controls``
 (name -> widget, built by controls.py), ``.readout`` (an HTML widget), ``.output`` (the chart),
 ``.figure`` and ``.redraw()``. A change redraws the chart in place as one PNG: every explorer
-changes the artists of one reused figure and repaints only those that changed (bars, their
-labels, the title) over a saved picture of the rest; the decision flow keeps one picture per
-path through the flow. A control that moves another (a method
+changes the artists of one reused figure and repaints only those a change can alter (bars, their
+labels, the title; the cost chart's x axis and legend too) over a saved picture of the rest; the
+decision flow keeps one picture per path through the flow. A control that moves another (a method
 brings its usual precision) redraws once. A callback never raises: a failing estimate is shown
 as a message in the readout.
 
@@ -308,19 +308,13 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
                 f"(${fastest['cost']:,.2f}).<br><small>Time assumes {rec.mfu:.0%} of each GPU's "
                 f"dense bf16 TFLOPS; prices are typical on-demand rates per GPU-hour.</small>")
 
-    def static_key() -> tuple:
-        return (0, tuple(holder[0].drawn["names"]) if holder and holder[0].drawn else ())
-
-    def live() -> list[Any]:
-        return charts.environment_costs_live_artists(ax, holder[0].drawn)
-
-    holder: list[Any] = []
     explorer = explorer_class()(
         "environment", controls, update, figure,
         [["model", "method"], ["batch_size", "seq_len"], ["tokens"]],
         recommendation=None, rows=None, drawn=None)
-    holder.append(explorer)
-    explorer._static_key, explorer._live = static_key, live
+    # Only the environments' names (the y axis) are in the saved picture.
+    explorer._static_key = lambda: (0, tuple(explorer.drawn["names"]))
+    explorer._live = lambda: charts.environment_costs_live_artists(ax, explorer.drawn)
     return explorer
 
 
@@ -357,7 +351,7 @@ def decision_flow_explorer(size: str = "7B", budget: str = "Low") -> Any:
     explorer = explorer_class()("decision-flow", controls, update, figure, [["size", "budget"]],
                                 path=None, drawn=None, recommendation=None)
     explorer._static_key = lambda: (0, tuple(explorer.path or ()))
-    explorer._live = list
+    explorer._live = lambda: []
     return explorer
 
 
