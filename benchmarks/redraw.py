@@ -4,7 +4,9 @@ A redraw is what a slider move costs in the kernel: the estimate, updating the c
 rendering the PNG and replacing the chart Output's contents. Target: every explorer's median at
 most 30 ms in the kernel (the browser test prints the control-change-to-new-chart latency in the
 page, target 150 ms median). For comparison, the same chart drawn as a new figure per change is
-timed too.
+timed too. The method toggle goes round three methods ten times: after the first round each
+method's axes are a saved picture (explorer.py), so its median is that of a return to a state
+seen before; the first visit draws the axes again (p90).
 
     python benchmarks/redraw.py [--repeats N]
 """

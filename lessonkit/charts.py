@@ -4,6 +4,12 @@ No widgets here (see widgets.py); matplotlib is imported inside the functions th
 importing this module is cheap. ``draw_breakdown`` returns a chart object whose ``update``
 changes the bars in place, which is how the live explorers redraw quickly.
 
+This module draws a run's memory: the breakdown with its GPU lines and which GPUs fit.
+Its neighbours, re-exported here so that ``lessonkit.charts.<name>`` reaches them all:
+gpu_records.py (what is read from a GPU record), planning_charts.py (cost per environment,
+the guide's decision flow), timeline_chart.py (memory over a training step) and palette.py
+(the colours).
+
 Units: the memory charts draw in GiB (2**30 bytes), the unit of GPU memory. A card sold as
 "80 GB" has 80 GiB of memory chips, of which PyTorch can allocate its *usable* memory (79.2 GiB
 on an A100 80GB); a run's peak must fit in that, so the GPU lines of ``draw_breakdown`` and the
@@ -15,107 +21,27 @@ from __future__ import annotations
 
 import math
 import textwrap
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-from .errors import LessonkitError, choose
-from .palette import CATEGORY_COLORS  # fixed: a category looks the same in every chart
+from .errors import LessonkitError
+# Re-exported: ``lessonkit.charts.<name>`` is the one place the notebooks and tests look.
+from .gpu_records import (catalog_gpus, field, fit_note, gpu_fits, gpu_label,  # noqa: F401
+                          gpu_memory_bytes, gpu_memory_gb, gpu_usable_bytes, headroom_text,
+                          price_text, usable_text)
+from .palette import (ALERT_COLOR, CATEGORY_COLORS, FIT_COLOR, NO_FIT_COLOR,  # noqa: F401
+                      TIER_COLORS)
+from .planning_charts import (FLOW_EDGES, FLOW_NODES, HIGHLIGHT, decision_path,  # noqa: F401
+                              draw_decision_flow, draw_environment_costs,
+                              environment_costs_live_artists, environment_row,
+                              is_highlighted, update_decision_flow,
+                              update_environment_costs)
 from .report import CATEGORIES, LABELS, MemoryReport
-from .timeline_chart import TimelineChart, memory_timeline  # drawn in its own module
-from .units import GiB, format_hours, parse_count
+from .timeline_chart import TimelineChart, memory_timeline  # noqa: F401  (its own module)
+from .units import GiB
 
 # The sizes cards are sold as ("24 GB", really GiB) of common training GPUs: the breakdown
 # chart draws a line at the usable memory of the catalog's card of each size.
 COMMON_GPU_SIZES_GB = (16, 24, 40, 48, 80, 141)
-FIT_COLOR, NO_FIT_COLOR, ALERT_COLOR = "#55A868", "#D9A5A5", "#B22222"
-TIER_COLORS = {"hobbyist": "#4C72B0", "engineer": "#55A868", "enterprise": "#8172B3",
-               "own hardware": "#DD8452"}
-
-
-# ----- catalog access (tolerant: the catalog is optional for drawing) ----------------------
-def field(record: Any, *names: str, default: Any = None) -> Any:
-    """The first present attribute or key of ``record`` among ``names``."""
-    for name in names:
-        value = record.get(name) if isinstance(record, Mapping) else getattr(record, name, None)
-        if value is not None:
-            return value
-    return default
-
-
-def catalog_gpus() -> list[Any]:
-    """The GPUs of lessonkit's catalog, or [] when it cannot be read."""
-    try:
-        from .gpus import list_gpus
-        return list(list_gpus())
-    except Exception:  # drawing must not depend on the catalog being importable
-        return []
-
-
-def gpu_memory_bytes(gpu: Any) -> float:
-    value = field(gpu, "memory_bytes")
-    if value is None:
-        value = gpu_memory_gb(gpu) * GiB  # GPU memory comes in binary sizes: "80 GB" is 80 GiB
-    return float(value)
-
-
-def gpu_memory_gb(gpu: Any) -> float:
-    """The size a card is sold as (80 for an "80 GB" A100)."""
-    value = field(gpu, "memory_gb")
-    if value is None:
-        return float(field(gpu, "memory_bytes", default=0)) / GiB
-    return float(value)
-
-
-def gpu_usable_bytes(gpu: Any) -> float:
-    """Memory one device offers to PyTorch (what a run's peak must fit in); nominal if unknown."""
-    value = field(gpu, "usable_bytes")
-    return float(value) if value is not None else gpu_memory_bytes(gpu)
-
-
-def gpu_fits(gpu: Any, report: MemoryReport) -> bool:
-    """The run's peak fits in the GPU's memory and current PyTorch wheels can run on it."""
-    return (bool(field(gpu, "current_wheels", default=True))
-            and report.total_bytes <= gpu_usable_bytes(gpu))
-
-
-def fit_note(gpu: Any, report: MemoryReport) -> str:
-    """What changes on this GPU: no kernels in current wheels, or fp16 instead of bf16."""
-    if not field(gpu, "current_wheels", default=True):
-        return "no kernels in current PyTorch wheels"
-    if field(gpu, "native_bf16", default=True) is False and "bf16" in str(
-            report.settings.get("precision", "")):
-        return "no native bf16: runs in fp16 (same memory)"
-    return ""
-
-
-def usable_text(gpu: Any) -> str:
-    """The usable memory as the catalog writes it ('79.2 GiB'), else computed in GiB."""
-    text = field(gpu, "usable_text")
-    return str(text) if text is not None else f"{gpu_usable_bytes(gpu) / GiB:.1f} GiB"
-
-
-def headroom_text(gpu: Any, report: MemoryReport) -> str:
-    """'+54.1 GiB free' or 'short by 1.5 GiB': the GPU's usable memory minus the run's peak."""
-    room = gpu_usable_bytes(gpu) - report.total_bytes
-    return f"+{room / GiB:,.1f} GiB free" if room >= 0 else f"short by {-room / GiB:,.1f} GiB"
-
-
-def gpu_label(gpu: Any) -> str:
-    return str(field(gpu, "short_name", "name", default="GPU"))
-
-
-def price_text(gpu: Any) -> str:
-    """'$0.34-0.60/h' from a GPU record's price per hour ('' when unknown)."""
-    price = field(gpu, "price_per_hour")
-    if price is None:
-        return ""
-    if isinstance(price, (int, float)):
-        return f"${price:.2f}/h"
-    low, high = field(price, "low"), field(price, "high")
-    typical = field(price, "typical")
-    if low is not None and high is not None and low != high:
-        return f"${low:.2f}-{high:.2f}/h"
-    value = typical if typical is not None else (low if low is not None else high)
-    return f"${value:.2f}/h" if value is not None else ""
 
 
 def size_lines(gpu_sizes: Iterable[float] | None = None,
@@ -448,143 +374,3 @@ def gpu_fit_live_artists(ax: Any, drawn: dict[str, Any]) -> list[Any]:
     artists = [*drawn["bars"].patches, *ax.spines.values(), *drawn["labels"], drawn["line"],
                drawn["need_text"]]
     return sorted(artists, key=lambda a: a.get_zorder()) + [ax.title]
-
-
-# ----- cost and time across environments ---------------------------------------------------
-def environment_row(row: Any) -> dict[str, Any]:
-    """Read one environment row (mapping or object) into name, cost, hours, tier, gpu, note."""
-    return {
-        "name": str(field(row, "name", "environment", "platform", default="?")),
-        "cost": field(row, "cost_usd", "cost", "total_cost"),
-        "hours": field(row, "hours", "time_hours", "wall_hours"),
-        "tier": str(field(row, "tier", default="")).lower(),
-        "gpu": field(row, "gpu", "gpu_name", default=""),
-        "note": str(field(row, "note", "reason", default="")),
-    }
-
-
-def draw_environment_costs(ax: Any, rows: Sequence[Any]) -> dict[str, Any]:
-    """Horizontal bars of a run's cost per environment, labelled with its time and GPU.
-
-    Rows without a cost (the run is not possible there) are listed with their note instead.
-    """
-    data = [environment_row(r) for r in rows]
-    if not data:
-        raise LessonkitError("draw_environment_costs needs at least one row.")
-    costs = [float(d["cost"]) if d["cost"] is not None else 0.0 for d in data]
-    y = list(range(len(data)))[::-1]  # first row on top
-    colors = [TIER_COLORS.get(d["tier"], "#4C72B0") for d in data]
-    bars = ax.barh(y, costs, height=0.6, color=colors, zorder=2)
-    right = max(costs + [1.0]) * 1.6
-    labels = []
-    for yi, d, cost in zip(y, data, costs):
-        if d["cost"] is None:
-            text, color = f"not possible: {d['note']}" if d["note"] else "not possible", ALERT_COLOR
-        else:
-            hours = d["hours"]
-            text = f"${cost:,.2f}"
-            if hours is not None:
-                text += f" · {format_hours(float(hours))}"
-            if d["gpu"]:
-                text += f" on {d['gpu']}"
-            color = "black"
-        labels.append(ax.text(cost + right * 0.01, yi, text, va="center", fontsize=7.5,
-                              color=color))
-    ax.set_yticks(y)
-    ax.set_yticklabels([textwrap.fill(d["name"], 24) for d in data], fontsize=8)
-    ax.set_xlim(0, right)
-    ax.set_xlabel("Cost of the run (USD)")
-    from matplotlib.patches import Patch
-
-    tiers = [t for t in TIER_COLORS if any(d["tier"] == t for d in data)]
-    legend = ax.legend(handles=[Patch(color=TIER_COLORS[t], label=t) for t in tiers],
-                       title="tier", fontsize=7, title_fontsize=7, loc="lower right",
-                       frameon=True, framealpha=0.9) if tiers else None
-    return {"bars": bars, "labels": labels, "rows": data, "legend": legend}
-
-
-# ----- the guide's decision flow -----------------------------------------------------------
-FLOW_NODES = {  # id: (text, x, y, shape)
-    "goal": ("Your project goal", 0.5, 0.9, "box"),
-    "size": ("Model size?", 0.5, 0.66, "diamond"),
-    "budget": ("Budget?", 0.3, 0.42, "diamond"),
-    "rtx4090": ("Local RTX 4090\nworkstation", 0.14, 0.13, "box"),
-    "colab_lambda": ("Google Colab (A100)\nor Lambda Labs", 0.47, 0.13, "box"),
-    "cluster": ("Multi-GPU cluster\n(8x A100s)", 0.82, 0.13, "box"),
-}
-FLOW_EDGES = {  # (from, to): label
-    ("goal", "size"): "", ("size", "budget"): "7B / 8B", ("size", "cluster"): "70B",
-    ("budget", "colab_lambda"): "Low", ("budget", "rtx4090"): "High",
-}
-HIGHLIGHT = "#F2C14E"
-
-
-def decision_path(model_size: object = None, budget: str | None = None) -> list[str]:
-    """The nodes the guide's flow visits for a model size ('7B', 8e9, '70B') and budget.
-
-    Sizes the guide has no branch for (e.g. 13B) stop at 'Model size?'.
-    """
-    path = ["goal", "size"]
-    if model_size is None:
-        return path
-    n = parse_count(model_size)
-    if 6.5e9 <= n <= 8.6e9:
-        path.append("budget")
-        if budget is not None:
-            path.append({"low": "colab_lambda", "high": "rtx4090"}[
-                choose(budget, ("low", "high"), "budget").lower()])
-    elif 65e9 <= n <= 75e9:
-        path.append("cluster")
-    return path
-
-
-def draw_decision_flow(ax: Any, path: Sequence[str] | None = None) -> dict[str, Any]:
-    """The guide's 'which hardware' flow as boxes and arrows, with ``path`` highlighted.
-
-    ``path`` is a list of node ids (see FLOW_NODES and ``decision_path``).
-    """
-    from matplotlib.patches import FancyBboxPatch, Rectangle
-
-    path = [choose(p, FLOW_NODES, "flow node") for p in (path or [])]
-    on_path = set(path)
-    path_edges = set(zip(path, path[1:]))
-    for a, b in path_edges:
-        if (a, b) not in FLOW_EDGES:
-            raise LessonkitError(f"The flow has no step from {a!r} to {b!r}.")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    ax.set_axis_off()
-    for (x0, x1, title) in ((0.005, 0.275, "Consumer edge"), (0.305, 0.995, "Cloud core")):
-        ax.add_patch(Rectangle((x0, 0.02), x1 - x0, 0.23, fill=False, ls=":", ec="0.5", lw=1))
-        ax.text(x0 + 0.01, 0.235, title, fontsize=7.5, color="0.4", va="top")
-    nodes = {}
-    for key, (text, x, y, shape) in FLOW_NODES.items():
-        hot = key in on_path
-        idle = "white" if shape == "box" else "#E8EEF7"  # questions in a light blue
-        style = "round,pad=0.5" if shape == "box" else "round4,pad=0.6"
-        nodes[key] = ax.text(x, y, text, ha="center", va="center", fontsize=9,
-                             fontweight="bold" if hot else "normal", zorder=3,
-                             bbox=dict(boxstyle=style, fc=HIGHLIGHT if hot else idle,
-                                       ec="black" if hot else "0.45", lw=2 if hot else 1))
-    edges = {}
-    for (a, b), label in FLOW_EDGES.items():
-        hot = (a, b) in path_edges
-        (_, xa, ya, _), (_, xb, yb, _) = FLOW_NODES[a], FLOW_NODES[b]
-        # From the bottom of one box to the top of the next, clear of the boxes' padding.
-        edges[(a, b)] = ax.annotate(
-            "", xy=(0.5, 1.0), xycoords=nodes[b], xytext=(0.5, 0.0), textcoords=nodes[a],
-            zorder=2, arrowprops=dict(arrowstyle="-|>", lw=2.4 if hot else 1.0,
-                                      color="#B8860B" if hot else "0.45", shrinkA=7, shrinkB=8))
-        if label:
-            ax.text((xa + xb) / 2 + 0.015, (ya + yb) / 2, label, fontsize=8.5, ha="left",
-                    fontweight="bold" if hot else "normal", zorder=4,
-                    bbox=dict(fc="white", ec="none", pad=0.5))
-    return {"nodes": nodes, "edges": edges, "path": path}
-
-
-def is_highlighted(artist: Any) -> bool:
-    """True when a flow node drawn by draw_decision_flow is on the highlighted path."""
-    from matplotlib.colors import to_hex
-
-    return to_hex(artist.get_bbox_patch().get_facecolor()) == to_hex(HIGHLIGHT)
-

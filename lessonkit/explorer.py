@@ -11,7 +11,8 @@ fixed height in a single step (what ``clear_output(wait=True)`` followed by ``di
 does), so the page neither flickers nor jumps. ipympl is not used (it does not work on Colab).
 An explorer given ``static_key`` and ``live`` repaints only its live artists over a saved
 picture of the rest while the key stays the same (same pixels as a full draw;
-``benchmarks/redraw.py`` times it). A control that moves another (``link``) redraws once.
+``benchmarks/redraw.py`` times it); the pictures of the last SAVED_BACKGROUNDS keys are kept,
+so going back to an earlier state (one method, another, the first again) draws no axes. A control that moves another (``link``) redraws once.
 A callback never raises: a failing update is shown as a message in the readout. A Reset button
 (``.reset()``) puts every control back where the explorer started, with one redraw, so a live
 demonstration can start again from the notebook's settings.
@@ -34,6 +35,7 @@ from typing import Any, Callable
 from .errors import LessonkitError
 
 CHART_DPI = 100
+SAVED_BACKGROUNDS = 8  # per explorer, about 1 MB each
 NO_CHART = "No chart for this combination: the message above says why."
 
 
@@ -83,9 +85,9 @@ def explorer_class() -> Any:
             self._live = live
             self._link = link
             self._linking = False
-            self._background: Any = None
+            self._backgrounds: dict[Any, Any] = {}  # static key -> saved picture, newest last
             self._frame: Any = None
-            self._background_key: Any = None
+            self._frame_key: Any = None
             boxes = [W.HBox([controls[n] for n in row if n in controls])
                      for row in layout_rows]
             self.initial = {name: control.value for name, control in controls.items()}
@@ -162,13 +164,15 @@ def explorer_class() -> Any:
             if key is None:
                 canvas.draw()
             else:
-                # Paint only the live artists over a saved picture of everything else. That
-                # picture is taken again when the key says the axes changed (limits, labels),
-                # over a saved picture of the figure without its axes (the legend), which is
-                # taken again when the legend changes (key[0]).
+                # Paint only the live artists over a saved picture of everything else. Such a
+                # picture is kept for each of the last few keys (the key says what the rest
+                # shows: limits, labels), so going back to an earlier state (another method and
+                # back) reuses it. A new one is taken over a saved picture of the figure without
+                # its axes (the legend), which is taken again when the legend changes (key[0]).
                 live = self._live()
-                if self._background is None or key != self._background_key:
-                    if self._frame is None or key[0] != self._background_key[0]:
+                background = self._backgrounds.pop(key, None)
+                if background is None:
+                    if self._frame is None or key[0] != self._frame_key:
                         for ax in self.figure.axes:
                             ax.set_visible(False)
                         try:
@@ -177,6 +181,8 @@ def explorer_class() -> Any:
                             for ax in self.figure.axes:
                                 ax.set_visible(True)
                         self._frame = canvas.copy_from_bbox(self.figure.bbox)
+                        self._frame_key = key[0]
+                        self._backgrounds.clear()  # they hold the old frame
                     canvas.restore_region(self._frame)
                     renderer = canvas.get_renderer()
                     for artist in live:
@@ -187,9 +193,11 @@ def explorer_class() -> Any:
                     finally:
                         for artist in live:
                             artist.set_animated(False)
-                    self._background = canvas.copy_from_bbox(self.figure.bbox)
-                    self._background_key = key
-                canvas.restore_region(self._background)
+                    background = canvas.copy_from_bbox(self.figure.bbox)
+                    while len(self._backgrounds) >= SAVED_BACKGROUNDS:
+                        self._backgrounds.pop(next(iter(self._backgrounds)))
+                self._backgrounds[key] = background
+                canvas.restore_region(background)
                 renderer = canvas.get_renderer()
                 for artist in live:
                     artist.draw(renderer)

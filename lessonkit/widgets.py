@@ -2,8 +2,10 @@
 
 Each explorer returns an ``Explorer`` (explorer.py: an ipywidgets VBox) with ``.controls``
 (name -> widget, built by controls.py), ``.readout`` (an HTML widget), ``.output`` (the chart),
-``.figure`` and ``.redraw()``. A change redraws the chart in place as one PNG; the memory
-calculator repaints only its bars and their labels. A control that moves another (a method
+``.figure`` and ``.redraw()``. A change redraws the chart in place as one PNG: every explorer
+changes the artists of one reused figure and repaints only those a change can alter (bars, their
+labels, the title; the cost chart's x axis and legend too) over a saved picture of the rest; the
+decision flow keeps one picture per path through the flow. A control that moves another (a method
 brings its usual precision) redraws once. A callback never raises: a failing estimate is shown
 as a message in the readout.
 
@@ -284,8 +286,12 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
         rec = recommend(c["model"], method=c["method"], tokens=c["tokens"],
                         batch_size=c["batch_size"], seq_len=c["seq_len"])
         rows = environment_rows(rec)
-        ax.clear()
-        explorer.drawn = charts.draw_environment_costs(ax, rows)
+        names = [r["name"] for r in rows]
+        if explorer.drawn is not None and explorer.drawn["names"] == names:
+            charts.update_environment_costs(ax, explorer.drawn, rows)  # same bars, in place
+        else:
+            ax.clear()
+            explorer.drawn = charts.draw_environment_costs(ax, rows)
         ax.set_title(f"{rec.model.name}, {c['method']}: {c['tokens'] / 1e6:g}M training tokens "
                      f"(batch {c['batch_size']} x {c['seq_len']})\ncheapest setup that fits "
                      f"in each environment", fontsize=9)
@@ -303,10 +309,14 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
                 f"(${fastest['cost']:,.2f}).<br><small>Time assumes {rec.mfu:.0%} of each GPU's "
                 f"dense bf16 TFLOPS; prices are typical on-demand rates per GPU-hour.</small>")
 
-    return explorer_class()(
+    explorer = explorer_class()(
         "environment", controls, update, figure,
         [["model", "method"], ["batch_size", "seq_len"], ["tokens"]],
         recommendation=None, rows=None, drawn=None)
+    # Only the environments' names (the y axis) are in the saved picture.
+    explorer._static_key = lambda: (0, tuple(explorer.drawn["names"]))
+    explorer._live = lambda: charts.environment_costs_live_artists(ax, explorer.drawn)
+    return explorer
 
 
 GUIDE_ANSWERS = {
@@ -328,16 +338,22 @@ def decision_flow_explorer(size: str = "7B", budget: str = "Low") -> Any:
         size, budget = controls["size"].value, controls["budget"].value
         path = charts.decision_path(size, budget)
         controls["budget"].disabled = "budget" not in path
-        ax.clear()
-        explorer.drawn = charts.draw_decision_flow(ax, path)
+        if explorer.drawn is None:
+            explorer.drawn = charts.draw_decision_flow(ax, path)
+        else:
+            charts.update_decision_flow(ax, explorer.drawn, path)  # same boxes, in place
         explorer.path = path
         asked = budget.lower() if "budget" in path else None
         rec = _recommend(size, budget=asked)
         explorer.recommendation = rec
         return decision_readout(path, rec)
 
-    return explorer_class()("decision-flow", controls, update, figure, [["size", "budget"]],
-                             path=None, drawn=None, recommendation=None)
+    # The picture depends on the path alone: one saved picture per path, nothing live.
+    explorer = explorer_class()("decision-flow", controls, update, figure, [["size", "budget"]],
+                                path=None, drawn=None, recommendation=None)
+    explorer._static_key = lambda: (0, tuple(explorer.path or ()))
+    explorer._live = lambda: []
+    return explorer
 
 
 def _recommend(model: Any, **kwargs: Any) -> Any:

@@ -245,6 +245,50 @@ def test_environment_costs_draws_costs_and_marks_impossible_rows():
         to_hex(charts.TIER_COLORS["engineer"])
 
 
+def canvas_pixels(ax):
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(ax.figure)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba()).copy()
+
+
+def test_environment_costs_update_in_place_draws_what_a_new_chart_draws():
+    first = [{"name": "Colab (free)", "cost": 0.0, "hours": 5.0, "tier": "hobbyist", "gpu": "T4"},
+             {"name": "Lambda", "cost": 12.5, "hours": 3.2, "tier": "engineer", "gpu": "A100"},
+             {"name": "SageMaker", "cost": None, "note": "no GPU large enough"}]
+    second = [{"name": "Colab (free)", "cost": None, "note": "needs 40 GiB"},
+              {"name": "Lambda", "cost": 310.0, "hours": 41.0, "tier": "enterprise",
+               "gpu": "8x H100"},
+              {"name": "SageMaker", "cost": 95.0, "hours": 7.5, "tier": "own hardware",
+               "gpu": "RTX 4090"}]
+    ax = new_ax(7.5, 4.2)
+    drawn = charts.draw_environment_costs(ax, first)
+    bars, legend = drawn["bars"], drawn["legend"]
+    charts.update_environment_costs(ax, drawn, second)
+    assert drawn["bars"] is bars and drawn["legend"] is not legend  # new tiers: new legend
+    assert drawn["tiers"] == ["enterprise", "own hardware"]
+    fresh = new_ax(7.5, 4.2)
+    charts.draw_environment_costs(fresh, second)
+    assert (canvas_pixels(ax) == canvas_pixels(fresh)).all()
+    with pytest.raises(LessonkitError, match="order drawn"):
+        charts.update_environment_costs(ax, drawn, second[::-1])
+
+
+def test_decision_flow_update_in_place_draws_what_a_new_chart_draws():
+    ax = new_ax(7, 4.5)
+    drawn = charts.draw_decision_flow(ax, charts.decision_path("7B", "low"))
+    for size, budget in (("70B", None), ("8B", "high"), ("13B", None)):
+        path = charts.decision_path(size, budget)
+        charts.update_decision_flow(ax, drawn, path)
+        fresh = new_ax(7, 4.5)
+        charts.draw_decision_flow(fresh, path)
+        assert (canvas_pixels(ax) == canvas_pixels(fresh)).all(), path
+    with pytest.raises(LessonkitError, match="no step"):
+        charts.update_decision_flow(ax, drawn, ["goal", "cluster"])
+
+
 @pytest.mark.parametrize("size, budget, end", [
     ("7B", "low", "colab_lambda"), ("8B", "High", "rtx4090"), (7e9, None, "budget"),
     ("70B", "low", "cluster"), ("13B", "low", "size"), (None, None, "size"),

@@ -715,3 +715,83 @@ def test_the_lora_dropout_control_reaches_the_estimate():
     assert explorer.report.total_bytes > estimate("7B", **kw).total_bytes
     explorer.controls["method"].value = "full"
     assert dropout.disabled
+
+
+def shown_and_full(explorer):
+    """The picture the last redraw showed, and a full draw of the same figure (RGB arrays)."""
+    import numpy as np
+    from PIL import Image
+
+    shown = np.asarray(Image.open(io.BytesIO(explorer._png)).convert("RGB"))
+    explorer.figure.canvas.draw()
+    full = np.asarray(explorer.figure.canvas.buffer_rgba())[:, :, :3].copy()
+    return shown, full
+
+
+def png_pixels(png: bytes):
+    import numpy as np
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+
+
+def test_the_environment_explorer_redraws_in_place_with_the_same_pixels_as_a_new_chart():
+    explorer = widgets.environment_explorer("7B", method="lora")
+    bars = explorer.drawn["bars"]
+    changes = [("batch_size", 16), ("method", "qlora"), ("tokens", 1e9), ("model", "70B"),
+               ("method", "full"), ("seq_len", 4096), ("seq_len", 512), ("model", "gpt2"),
+               ("batch_size", 1),
+               ("method", "lora"), ("model", "7B"), ("tokens", 1e7)]
+    possible = set()
+    for name, value in changes:
+        explorer.controls[name].value = value
+        assert explorer.error is None, explorer.error
+        shown, full = shown_and_full(explorer)
+        assert shown.shape == full.shape and (shown == full).all(), (name, value)
+        # The same settings drawn from scratch on a new figure: the same picture.
+        c = {k: w.value for k, w in explorer.controls.items()}
+        fresh = widgets.environment_explorer(c.pop("model"), **c)
+        assert (png_pixels(fresh._png) == shown).all(), (name, value)
+        assert explorer.drawn["bars"] is bars  # the same environments: changed in place
+        possible.add(tuple(r["cost"] is not None for r in explorer.rows))
+    assert len(possible) > 2  # environments became possible and impossible again
+
+
+def test_the_decision_flow_redraws_in_place_with_the_same_pixels_as_a_new_chart():
+    explorer = widgets.decision_flow_explorer("7B", "Low")
+    nodes = explorer.drawn["nodes"]
+    changes = [("budget", "High"), ("size", "70B"), ("size", "13B"), ("size", "8B"),
+               ("budget", "Low"), ("size", "70B"), ("size", "7B"), ("budget", "High")]
+    paths = set()
+    for name, value in changes:
+        explorer.controls[name].value = value
+        assert explorer.error is None, explorer.error
+        shown, full = shown_and_full(explorer)
+        assert (shown == full).all(), (name, value)
+        fresh = widgets.decision_flow_explorer(explorer.controls["size"].value,
+                                               explorer.controls["budget"].value)
+        assert (png_pixels(fresh._png) == shown).all(), (name, value)
+        assert explorer.drawn["nodes"] is nodes
+        paths.add(tuple(explorer.path))
+    assert len(paths) == 4
+
+
+def test_going_back_to_an_earlier_setting_reuses_its_saved_picture_with_the_same_pixels(vram):
+    from lessonkit.explorer import SAVED_BACKGROUNDS
+
+    methods = ["full", "lora", "qlora"]
+    changes = [("method", m) for m in methods * 2] + [
+        ("model", m) for m in ("0.5B", "1B", "3B", "8B", "13B", "34B", "70B", "gpt2", "7B")] + [
+        ("method", m) for m in methods]
+    for name, value in changes:
+        vram.controls[name].value = value
+        assert vram.error is None, vram.error
+        shown, full = shown_and_full(vram)
+        assert (shown == full).all(), (name, value)
+        assert len(vram._backgrounds) <= SAVED_BACKGROUNDS
+    # Back to a method seen before: its picture of the axes is reused, not drawn again.
+    drawn = []
+    vram.figure.axes[0].draw = lambda renderer: drawn.append(renderer)
+    vram.controls["method"].value = "lora"
+    vram.controls["method"].value = "qlora"
+    assert drawn == [] and vram.error is None
