@@ -32,7 +32,7 @@ from .palette import (ALERT_COLOR, CATEGORY_COLORS, FIT_COLOR, NO_FIT_COLOR,  # 
                       TIER_COLORS)
 from .planning_charts import (FLOW_EDGES, FLOW_NODES, HIGHLIGHT, decision_path,  # noqa: F401
                               draw_decision_flow, draw_environment_costs,
-                              environment_costs_live_artists,
+                              environment_costs_live_artists, environment_costs_rows,
                               environment_costs_static_key, environment_row,
                               is_highlighted, update_decision_flow,
                               update_environment_costs)

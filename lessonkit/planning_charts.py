@@ -127,6 +127,25 @@ def environment_costs_live_artists(ax: Any, drawn: dict[str, Any]) -> list[Any]:
     return sorted(artists, key=lambda a: a.get_zorder())
 
 
+def environment_costs_rows(ax: Any, drawn: dict[str, Any]) -> list[tuple[Any, Any, list[Any]]]:
+    """Each row of a ``draw_environment_costs`` chart as (what it shows, its band in display
+    coordinates, its bar and label): a band runs from halfway to the row above to halfway to
+    the row below and from the left spine to the figure's right edge, which no other row's bar
+    or label reaches, so the explorer can put back a saved picture of a row that is unchanged."""
+    from matplotlib.transforms import Bbox
+
+    box, n = ax.bbox, len(drawn["names"])
+    rows = []
+    for i, (patch, label) in enumerate(zip(drawn["bars"].patches, drawn["labels"])):
+        y = n - 1 - i
+        low, high = sorted(ax.transData.transform([(0, y - 0.5), (0, y + 0.5)])[:, 1])
+        band = Bbox([[box.x0 - 3, max(low, box.y0)], [ax.figure.bbox.x1, min(high, box.y1)]])
+        shows = (label.get_text(), label.get_position(), label.get_color(), patch.get_width(),
+                 tuple(patch.get_facecolor()))
+        rows.append(((i, shows), band, [patch, label]))
+    return rows
+
+
 # ----- the guide's decision flow -----------------------------------------------------------
 FLOW_NODES = {  # id: (text, x, y, shape)
     "goal": ("Your project goal", 0.5, 0.9, "box"),

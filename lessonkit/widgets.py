@@ -319,6 +319,7 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
         recommendation=None, rows=None, drawn=None)
     explorer._static_key = lambda: (0, charts.environment_costs_static_key(ax, explorer.drawn))
     explorer._live = lambda: charts.environment_costs_live_artists(ax, explorer.drawn)
+    explorer._rows = lambda: charts.environment_costs_rows(ax, explorer.drawn)
     return explorer
 
 
