@@ -304,12 +304,15 @@ def draw_breakdown(ax: Any, reports: MemoryReport | Sequence[MemoryReport],
 
 
 # ----- which GPUs fit ----------------------------------------------------------------------
-def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any]) -> dict[str, Any]:
+def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any], *,
+                 settings: bool = True) -> dict[str, Any]:
     """One bar per GPU (usable memory, GiB), coloured by whether the report's peak fits on it.
 
     The required peak is a vertical line; labels give the headroom (or shortfall) and the price
     per hour; the guide's four GPUs (``in_guide``) are drawn with a dark edge and bold names.
-    ``update_gpu_fit`` shows another report on the same artists.
+    ``update_gpu_fit`` shows another report on the same artists. With ``settings=False`` the
+    title leaves out the setup (an explorer shows it in its readout, and a title that changes
+    less often stays in its saved picture).
     """
     gpus = sorted(gpus, key=lambda g: (gpu_usable_bytes(g), gpu_label(g)))
     if not gpus:
@@ -333,11 +336,12 @@ def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any]) -> dict[str
     ax.set_xlabel("Memory one device offers to PyTorch (GiB); * = in the guide's matrix")
     drawn = {"bars": bars, "labels": labels, "line": line, "need_text": need_text, "gpus": gpus,
              "sizes": sizes, "fits": []}
-    update_gpu_fit(ax, drawn, report)
+    update_gpu_fit(ax, drawn, report, settings=settings)
     return drawn
 
 
-def update_gpu_fit(ax: Any, drawn: dict[str, Any], report: MemoryReport) -> dict[str, Any]:
+def update_gpu_fit(ax: Any, drawn: dict[str, Any], report: MemoryReport, *,
+                   settings: bool = True) -> dict[str, Any]:
     """Show ``report`` on a chart from ``draw_gpu_fit``: colours, labels, the line and the title
     change in place (the bars' lengths and names stay)."""
     gpus, sizes = drawn["gpus"], drawn["sizes"]
@@ -363,15 +367,18 @@ def update_gpu_fit(ax: Any, drawn: dict[str, Any], report: MemoryReport) -> dict
     drawn["need_text"].set_text(f"needs {need:,.1f} GiB")
     if ax.get_xlim() != (0, right):
         ax.set_xlim(0, right)
-    ax.set_title(f"{report.model.name}: {report._settings_line()}\nfits on {sum(fits)} of "
-                 f"{len(gpus)} GPUs", fontsize=9)
+    setup = f" {report._settings_line()}\n" if settings else " "
+    title = f"{report.model.name}:{setup}fits on {sum(fits)} of {len(gpus)} GPUs"
+    if ax.get_title() != title:
+        ax.set_title(title, fontsize=9)
     drawn["fits"] = fits
     return drawn
 
 
 def gpu_fit_live_artists(ax: Any, drawn: dict[str, Any]) -> list[Any]:
     """What a new report changes on a ``draw_gpu_fit`` chart, in drawing order (bars under the
-    spines, labels and the line, as in a full draw), the title last."""
+    spines, labels and the line, as in a full draw). The title is not among them: an explorer
+    keeps it in its saved picture (its static key holds the title)."""
     artists = [*drawn["bars"].patches, *ax.spines.values(), *drawn["labels"], drawn["line"],
                drawn["need_text"]]
-    return sorted(artists, key=lambda a: a.get_zorder()) + [ax.title]
+    return sorted(artists, key=lambda a: a.get_zorder())

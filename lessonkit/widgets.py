@@ -212,16 +212,16 @@ def gpu_matrix_explorer(model: Any = "7B", gpus: list[Any] | None = None, *,
             in_guide=True if controls["gpu_set"].value == "Guide's four" else None)
         names = sorted(g.name for g in shown)
         if explorer.drawn is not None and explorer.shown_names == names:
-            charts.update_gpu_fit(ax, explorer.drawn, report)  # same bars: change them in place
+            charts.update_gpu_fit(ax, explorer.drawn, report, settings=False)  # in place
         else:
             ax.clear()
-            explorer.drawn = charts.draw_gpu_fit(ax, report, shown)
+            explorer.drawn = charts.draw_gpu_fit(ax, report, shown, settings=False)
             explorer.shown_names = names
         explorer.report = report
         return fit_summary(report, shown)
 
     def static_key() -> tuple:
-        return (0, tuple(explorer_names()), tuple(ax.get_xlim()))
+        return (0, tuple(explorer_names()), tuple(ax.get_xlim()), ax.get_title())
 
     def explorer_names() -> list[str]:
         return [g.name for g in (holder[0].drawn or {}).get("gpus", [])] if holder else []
