@@ -257,15 +257,29 @@ class BreakdownChart:
     def static_key(self) -> tuple:
         """Changes whenever anything but the live artists (see ``live_artists``) changes: a
         picture of the rest can be reused while it stays the same."""
-        return (self.legend_version, self.n_bars, tuple(self.ax.get_ylim()), self.xlabels)
+        note = self.note.get_text() if self._note_apart() else None
+        return (self.legend_version, self.n_bars, tuple(self.ax.get_ylim()), self.xlabels, note)
 
     def live_artists(self) -> list[Any]:
         """What a control change redraws, in drawing order: bars, spines, GPU labels, peak labels,
-        the note and the title (spines and labels drawn over the bars, as in a full draw)."""
+        the note and the title (spines and labels drawn over the bars, as in a full draw). The
+        note (long, slow to draw) is left to the saved picture when nothing live overlaps it."""
         artists = [p for c in self.containers.values() for p in c.patches]
-        artists += [*self.ax.spines.values(), *self._gpu_texts_over_bars(), *self.peak_texts,
-                    self.note]
+        artists += [*self.ax.spines.values(), *self._gpu_texts_over_bars(), *self.peak_texts]
+        if not self._note_apart():
+            artists.append(self.note)
         return sorted(artists, key=lambda a: a.get_zorder()) + [self.ax.title]
+
+    def _note_apart(self) -> bool:
+        """True when the note is empty or clear of every bar and label drawn live."""
+        if not self.note.get_text():
+            return True
+        renderer = self.ax.figure._get_renderer()
+        box = self.note.get_window_extent(renderer).padded(2)
+        others = [p for c in self.containers.values() for p in c.patches if p.get_height()]
+        others += [*self._gpu_texts_over_bars(), *self.peak_texts]
+        return not any(box.overlaps(a.get_window_extent(renderer)) for a in others
+                       if a.get_visible())
 
     def _gpu_texts_over_bars(self) -> list[Any]:
         # A GPU size label beside the bars never changes; only one a bar can reach must be

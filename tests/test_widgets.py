@@ -817,3 +817,21 @@ def test_the_environment_explorer_puts_back_saved_rows_with_the_same_pixels():
     shown, full = shown_and_full(explorer)
     assert (shown == full).all()
     assert "$" in explorer.drawn["labels"][0].get_text()
+
+
+def test_the_vram_note_stays_in_the_saved_picture_when_nothing_live_overlaps_it():
+    explorer = widgets.vram_explorer("7B", method="lora", batch_size=64)
+    seen = set()
+    for method in ["full", "lora", "qlora"] * 2 + ["full"]:
+        explorer.controls["method"].value = method
+        assert explorer.error is None, explorer.error
+        shown, full = shown_and_full(explorer)
+        assert (shown == full).all(), method
+        note = explorer.chart.note
+        seen.add((bool(note.get_text()), note in explorer.chart.live_artists()))
+    assert (True, False) in seen  # a note, kept in the saved picture
+    # A note the bars reach is drawn live, over them, as in a full draw.
+    for size in ("70B", "34B", "13B"):
+        explorer.controls["model"].value = size
+        shown, full = shown_and_full(explorer)
+        assert (shown == full).all(), size
