@@ -14,7 +14,8 @@ picture of the rest while the key stays the same (same pixels as a full draw;
 ``benchmarks/redraw.py`` times it); the pictures of the last SAVED_BACKGROUNDS keys are kept,
 so going back to an earlier state (one method, another, the first again) draws no axes. An
 explorer given ``rows`` (bands of a chart no other row reaches) also keeps a picture of each
-row it painted, so a row that shows what it showed before is put back, not drawn. A control that moves another (``link``) redraws once.
+row it painted, so a row that shows what it showed before is put back, not drawn. A control
+that moves another (``link``) redraws once.
 A callback never raises: a failing update is shown as a message in the readout. A Reset button
 (``.reset()``) puts every control back where the explorer started, with one redraw, so a live
 demonstration can start again from the notebook's settings.
