@@ -32,7 +32,8 @@ from .palette import (ALERT_COLOR, CATEGORY_COLORS, FIT_COLOR, NO_FIT_COLOR,  # 
                       TIER_COLORS)
 from .planning_charts import (FLOW_EDGES, FLOW_NODES, HIGHLIGHT, decision_path,  # noqa: F401
                               draw_decision_flow, draw_environment_costs,
-                              environment_costs_live_artists, environment_row,
+                              environment_costs_live_artists, environment_costs_rows,
+                              environment_costs_static_key, environment_row,
                               is_highlighted, update_decision_flow,
                               update_environment_costs)
 from .report import CATEGORIES, LABELS, MemoryReport
@@ -256,15 +257,29 @@ class BreakdownChart:
     def static_key(self) -> tuple:
         """Changes whenever anything but the live artists (see ``live_artists``) changes: a
         picture of the rest can be reused while it stays the same."""
-        return (self.legend_version, self.n_bars, tuple(self.ax.get_ylim()), self.xlabels)
+        note = self.note.get_text() if self._note_apart() else None
+        return (self.legend_version, self.n_bars, tuple(self.ax.get_ylim()), self.xlabels, note)
 
     def live_artists(self) -> list[Any]:
         """What a control change redraws, in drawing order: bars, spines, GPU labels, peak labels,
-        the note and the title (spines and labels drawn over the bars, as in a full draw)."""
+        the note and the title (spines and labels drawn over the bars, as in a full draw). The
+        note (long, slow to draw) is left to the saved picture when nothing live overlaps it."""
         artists = [p for c in self.containers.values() for p in c.patches]
-        artists += [*self.ax.spines.values(), *self._gpu_texts_over_bars(), *self.peak_texts,
-                    self.note]
+        artists += [*self.ax.spines.values(), *self._gpu_texts_over_bars(), *self.peak_texts]
+        if not self._note_apart():
+            artists.append(self.note)
         return sorted(artists, key=lambda a: a.get_zorder()) + [self.ax.title]
+
+    def _note_apart(self) -> bool:
+        """True when the note is empty or clear of every bar and label drawn live."""
+        if not self.note.get_text():
+            return True
+        renderer = self.ax.figure._get_renderer()
+        box = self.note.get_window_extent(renderer).padded(2)
+        others = [p for c in self.containers.values() for p in c.patches if p.get_height()]
+        others += [*self._gpu_texts_over_bars(), *self.peak_texts]
+        return not any(box.overlaps(a.get_window_extent(renderer)) for a in others
+                       if a.get_visible())
 
     def _gpu_texts_over_bars(self) -> list[Any]:
         # A GPU size label beside the bars never changes; only one a bar can reach must be
@@ -303,12 +318,15 @@ def draw_breakdown(ax: Any, reports: MemoryReport | Sequence[MemoryReport],
 
 
 # ----- which GPUs fit ----------------------------------------------------------------------
-def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any]) -> dict[str, Any]:
+def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any], *,
+                 settings: bool = True) -> dict[str, Any]:
     """One bar per GPU (usable memory, GiB), coloured by whether the report's peak fits on it.
 
     The required peak is a vertical line; labels give the headroom (or shortfall) and the price
     per hour; the guide's four GPUs (``in_guide``) are drawn with a dark edge and bold names.
-    ``update_gpu_fit`` shows another report on the same artists.
+    ``update_gpu_fit`` shows another report on the same artists. With ``settings=False`` the
+    title leaves out the setup (an explorer shows it in its readout, and a title that changes
+    less often stays in its saved picture).
     """
     gpus = sorted(gpus, key=lambda g: (gpu_usable_bytes(g), gpu_label(g)))
     if not gpus:
@@ -332,11 +350,12 @@ def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any]) -> dict[str
     ax.set_xlabel("Memory one device offers to PyTorch (GiB); * = in the guide's matrix")
     drawn = {"bars": bars, "labels": labels, "line": line, "need_text": need_text, "gpus": gpus,
              "sizes": sizes, "fits": []}
-    update_gpu_fit(ax, drawn, report)
+    update_gpu_fit(ax, drawn, report, settings=settings)
     return drawn
 
 
-def update_gpu_fit(ax: Any, drawn: dict[str, Any], report: MemoryReport) -> dict[str, Any]:
+def update_gpu_fit(ax: Any, drawn: dict[str, Any], report: MemoryReport, *,
+                   settings: bool = True) -> dict[str, Any]:
     """Show ``report`` on a chart from ``draw_gpu_fit``: colours, labels, the line and the title
     change in place (the bars' lengths and names stay)."""
     gpus, sizes = drawn["gpus"], drawn["sizes"]
@@ -362,15 +381,18 @@ def update_gpu_fit(ax: Any, drawn: dict[str, Any], report: MemoryReport) -> dict
     drawn["need_text"].set_text(f"needs {need:,.1f} GiB")
     if ax.get_xlim() != (0, right):
         ax.set_xlim(0, right)
-    ax.set_title(f"{report.model.name}: {report._settings_line()}\nfits on {sum(fits)} of "
-                 f"{len(gpus)} GPUs", fontsize=9)
+    setup = f" {report._settings_line()}\n" if settings else " "
+    title = f"{report.model.name}:{setup}fits on {sum(fits)} of {len(gpus)} GPUs"
+    if ax.get_title() != title:
+        ax.set_title(title, fontsize=9)
     drawn["fits"] = fits
     return drawn
 
 
 def gpu_fit_live_artists(ax: Any, drawn: dict[str, Any]) -> list[Any]:
     """What a new report changes on a ``draw_gpu_fit`` chart, in drawing order (bars under the
-    spines, labels and the line, as in a full draw), the title last."""
+    spines, labels and the line, as in a full draw). The title is not among them: an explorer
+    keeps it in its saved picture (its static key holds the title)."""
     artists = [*drawn["bars"].patches, *ax.spines.values(), *drawn["labels"], drawn["line"],
                drawn["need_text"]]
-    return sorted(artists, key=lambda a: a.get_zorder()) + [ax.title]
+    return sorted(artists, key=lambda a: a.get_zorder())

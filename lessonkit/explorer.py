@@ -12,7 +12,10 @@ does), so the page neither flickers nor jumps. ipympl is not used (it does not w
 An explorer given ``static_key`` and ``live`` repaints only its live artists over a saved
 picture of the rest while the key stays the same (same pixels as a full draw;
 ``benchmarks/redraw.py`` times it); the pictures of the last SAVED_BACKGROUNDS keys are kept,
-so going back to an earlier state (one method, another, the first again) draws no axes. A control that moves another (``link``) redraws once.
+so going back to an earlier state (one method, another, the first again) draws no axes. An
+explorer given ``rows`` (bands of a chart no other row reaches) also keeps a picture of each
+row it painted, so a row that shows what it showed before is put back, not drawn. A control
+that moves another (``link``) redraws once.
 A callback never raises: a failing update is shown as a message in the readout. A Reset button
 (``.reset()``) puts every control back where the explorer started, with one redraw, so a live
 demonstration can start again from the notebook's settings.
@@ -36,6 +39,7 @@ from .errors import LessonkitError
 
 CHART_DPI = 100
 SAVED_BACKGROUNDS = 8  # per explorer, about 1 MB each
+SAVED_ROWS = 200  # bands of a chart's rows, about 50 kB each
 NO_CHART = "No chart for this combination: the message above says why."
 
 
@@ -87,6 +91,8 @@ def explorer_class() -> Any:
             self._linking = False
             self._backgrounds: dict[Any, Any] = {}  # static key -> saved picture, newest last
             self._frame: Any = None
+            self._rows: Callable[[], list[Any]] | None = None
+            self._row_pictures: dict[Any, Any] = {}  # (static key, row key) -> saved band
             self._frame_key: Any = None
             boxes = [W.HBox([controls[n] for n in row if n in controls])
                      for row in layout_rows]
@@ -198,9 +204,7 @@ def explorer_class() -> Any:
                         self._backgrounds.pop(next(iter(self._backgrounds)))
                 self._backgrounds[key] = background
                 canvas.restore_region(background)
-                renderer = canvas.get_renderer()
-                for artist in live:
-                    artist.draw(renderer)
+                self._paint(key, live)
             from PIL import Image
 
             width, height = canvas.get_width_height()
@@ -211,6 +215,28 @@ def explorer_class() -> Any:
             buffer = io.BytesIO()
             image.save(buffer, format="png", compress_level=1)
             return buffer.getvalue()
+
+        def _paint(self, key: Any, live: list[Any]) -> None:
+            """Draw the live artists over the restored background. With ``rows`` (bands that
+            no other row's artists reach: (row key, display bbox, artists)), a band whose row
+            key was painted before under the same static key is put back from its saved
+            picture instead of drawn; the other live artists (drawn across every band, e.g. a
+            spine) are drawn first, so the saved bands hold them too."""
+            canvas = self.figure.canvas
+            renderer = canvas.get_renderer()
+            rows = self._rows() if self._rows is not None else []
+            saved = [(self._row_pictures.get((key, r[0])), r) for r in rows]
+            skip = {id(a) for picture, r in saved if picture is not None for a in r[2]}
+            for artist in live:
+                if id(artist) not in skip:
+                    artist.draw(renderer)
+            for picture, (row_key, bbox, _artists) in saved:
+                if picture is None:
+                    while len(self._row_pictures) >= SAVED_ROWS:
+                        self._row_pictures.pop(next(iter(self._row_pictures)))
+                    self._row_pictures[(key, row_key)] = canvas.copy_from_bbox(bbox)
+                else:
+                    canvas.restore_region(picture)
 
         def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
             parent = getattr(super(), "_repr_mimebundle_", None)

@@ -8,6 +8,7 @@ explorer keeps a picture per path. matplotlib is imported inside the functions t
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import Any, Sequence
 
@@ -59,7 +60,9 @@ def update_environment_costs(ax: Any, drawn: dict[str, Any], rows: Sequence[Any]
         raise LessonkitError("update_environment_costs needs the rows' environments in the "
                              f"order drawn: {drawn['names']}.")
     costs = [float(d["cost"]) if d["cost"] is not None else 0.0 for d in data]
-    right = max(costs + [1.0]) * 1.6
+    # The x axis grows in steps of 1.5x, so most changes keep it (and the explorer repaints
+    # only the bars and their labels over a saved picture of the axis).
+    right = 1.6 * 1.5 ** max(0, math.ceil(math.log(max(costs + [1.0]), 1.5) - 1e-9))
     for i, (d, cost, patch, label) in enumerate(
             zip(data, costs, drawn["bars"].patches, drawn["labels"])):
         patch.set_width(cost)
@@ -77,7 +80,8 @@ def update_environment_costs(ax: Any, drawn: dict[str, Any], rows: Sequence[Any]
         label.set_text(text)
         label.set_position((cost + right * 0.01, len(data) - 1 - i))
         label.set_color(color)
-    ax.set_xlim(0, right)
+    if ax.get_xlim() != (0, right):
+        ax.set_xlim(0, right)
     tiers = [t for t in TIER_COLORS if any(d["tier"] == t for d in data)]
     if tiers != drawn["tiers"]:
         from matplotlib.patches import Patch
@@ -86,20 +90,60 @@ def update_environment_costs(ax: Any, drawn: dict[str, Any], rows: Sequence[Any]
             drawn["legend"].remove()
         drawn["legend"] = ax.legend(
             handles=[Patch(color=TIER_COLORS[t], label=t) for t in tiers], title="tier",
-            fontsize=7, title_fontsize=7, loc="lower right", frameon=True,
-            framealpha=0.9) if tiers else None
+            fontsize=7, title_fontsize=7, ncol=2, columnspacing=0.8, handlelength=1.2,
+            loc="lower right", bbox_to_anchor=(-0.02, 0.0), bbox_transform=_corner(ax),
+            borderaxespad=0.2, borderpad=0.2, labelspacing=0.3,
+            frameon=False) if tiers else None
         drawn["tiers"] = tiers
     drawn["rows"] = data
     return drawn
 
 
+def _corner(ax: Any) -> Any:
+    """Coordinates in which (0, 0) is the lower left corner of the axes and (x, 0) lies on the
+    figure's bottom edge: the legend of tiers sits under the row names, outside the axes."""
+    from matplotlib.transforms import blended_transform_factory
+
+    return blended_transform_factory(ax.transAxes, ax.figure.transFigure)
+
+
+def environment_costs_static_key(ax: Any, drawn: dict[str, Any]) -> tuple:
+    """What the rest of a ``draw_environment_costs`` chart shows besides
+    ``environment_costs_live_artists``: the rows, the x axis, the legend, the title and the
+    labels of rows that are not possible (they stay as long as the note does)."""
+    fixed = tuple((i, label.get_text()) for i, (d, label) in
+                  enumerate(zip(drawn["rows"], drawn["labels"])) if d["cost"] is None)
+    return (tuple(drawn["names"]), ax.get_xlim(), tuple(drawn["tiers"] or ()),
+            ax.get_title(), fixed)
+
+
 def environment_costs_live_artists(ax: Any, drawn: dict[str, Any]) -> list[Any]:
-    """What new rows change on a ``draw_environment_costs`` chart, in drawing order (the x axis
-    under the bars, the spines, labels and legend over them, as in a full draw), the title last."""
-    artists = [ax.xaxis, *drawn["bars"].patches, *ax.spines.values(), *drawn["labels"]]
-    if drawn["legend"] is not None:
-        artists.append(drawn["legend"])
-    return sorted(artists, key=lambda a: a.get_zorder()) + [ax.title]
+    """What new rows change on a ``draw_environment_costs`` chart, in drawing order (the bars
+    under the left spine and the labels of rows that are possible, as in a full draw). The x
+    axis is under the bars, the legend outside the axes and the other spines out of the bars'
+    reach (a long label may cross the right one), so they stay in the saved picture."""
+    labels = [label for d, label in zip(drawn["rows"], drawn["labels"]) if d["cost"] is not None]
+    artists = [*drawn["bars"].patches, ax.spines["left"], *labels]
+    return sorted(artists, key=lambda a: a.get_zorder())
+
+
+def environment_costs_rows(ax: Any, drawn: dict[str, Any]) -> list[tuple[Any, Any, list[Any]]]:
+    """Each row of a ``draw_environment_costs`` chart as (what it shows, its band in display
+    coordinates, its bar and label): a band runs from halfway to the row above to halfway to
+    the row below and from the left spine to the figure's right edge, which no other row's bar
+    or label reaches, so the explorer can put back a saved picture of a row that is unchanged."""
+    from matplotlib.transforms import Bbox
+
+    box, n = ax.bbox, len(drawn["names"])
+    rows = []
+    for i, (patch, label) in enumerate(zip(drawn["bars"].patches, drawn["labels"])):
+        y = n - 1 - i
+        low, high = sorted(ax.transData.transform([(0, y - 0.5), (0, y + 0.5)])[:, 1])
+        band = Bbox([[box.x0 - 3, max(low, box.y0)], [ax.figure.bbox.x1, min(high, box.y1)]])
+        shows = (label.get_text(), label.get_position(), label.get_color(), patch.get_width(),
+                 tuple(patch.get_facecolor()))
+        rows.append(((i, shows), band, [patch, label]))
+    return rows
 
 
 # ----- the guide's decision flow -----------------------------------------------------------

@@ -212,16 +212,16 @@ def gpu_matrix_explorer(model: Any = "7B", gpus: list[Any] | None = None, *,
             in_guide=True if controls["gpu_set"].value == "Guide's four" else None)
         names = sorted(g.name for g in shown)
         if explorer.drawn is not None and explorer.shown_names == names:
-            charts.update_gpu_fit(ax, explorer.drawn, report)  # same bars: change them in place
+            charts.update_gpu_fit(ax, explorer.drawn, report, settings=False)  # in place
         else:
             ax.clear()
-            explorer.drawn = charts.draw_gpu_fit(ax, report, shown)
+            explorer.drawn = charts.draw_gpu_fit(ax, report, shown, settings=False)
             explorer.shown_names = names
         explorer.report = report
         return fit_summary(report, shown)
 
     def static_key() -> tuple:
-        return (0, tuple(explorer_names()), tuple(ax.get_xlim()))
+        return (0, tuple(explorer_names()), tuple(ax.get_xlim()), ax.get_title())
 
     def explorer_names() -> list[str]:
         return [g.name for g in (holder[0].drawn or {}).get("gpus", [])] if holder else []
@@ -292,17 +292,21 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
         else:
             ax.clear()
             explorer.drawn = charts.draw_environment_costs(ax, rows)
-        ax.set_title(f"{rec.model.name}, {c['method']}: {c['tokens'] / 1e6:g}M training tokens "
-                     f"(batch {c['batch_size']} x {c['seq_len']})\ncheapest setup that fits "
-                     f"in each environment", fontsize=9)
+        # The run's size is in the readout: a title that changes only with the model and
+        # method stays in the saved picture while the sliders move.
+        title = f"{rec.model.name}, {c['method']}: cheapest setup that fits in each environment"
+        if ax.get_title() != title:
+            ax.set_title(title, fontsize=9)
         explorer.recommendation, explorer.rows = rec, rows
+        run = (f"{c['tokens'] / 1e6:g}M training tokens at batch {c['batch_size']} x "
+               f"{c['seq_len']}. ")
         possible = [r for r in rows if r["cost"] is not None]
         if not possible:
-            return ("<b style='color:#B22222'>No environment offers a GPU setup that fits "
+            return (f"{run}<b style='color:#B22222'>No environment offers a GPU setup that fits "
                     "this run.</b>")
         cheapest = min(possible, key=lambda r: (r["cost"], r["hours"]))
         fastest = min(possible, key=lambda r: r["hours"])
-        return (f"Cheapest run: {html.escape(cheapest['name'])} on "
+        return (f"{run}Cheapest run: {html.escape(cheapest['name'])} on "
                 f"{html.escape(cheapest['gpu'])}, ${cheapest['cost']:,.2f} "
                 f"({format_hours(cheapest['hours'])}). Fastest: {html.escape(fastest['name'])} on "
                 f"{html.escape(fastest['gpu'])}, {format_hours(fastest['hours'])} "
@@ -313,9 +317,9 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
         "environment", controls, update, figure,
         [["model", "method"], ["batch_size", "seq_len"], ["tokens"]],
         recommendation=None, rows=None, drawn=None)
-    # Only the environments' names (the y axis) are in the saved picture.
-    explorer._static_key = lambda: (0, tuple(explorer.drawn["names"]))
+    explorer._static_key = lambda: (0, charts.environment_costs_static_key(ax, explorer.drawn))
     explorer._live = lambda: charts.environment_costs_live_artists(ax, explorer.drawn)
+    explorer._rows = lambda: charts.environment_costs_rows(ax, explorer.drawn)
     return explorer
 
 

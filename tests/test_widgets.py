@@ -795,3 +795,43 @@ def test_going_back_to_an_earlier_setting_reuses_its_saved_picture_with_the_same
     vram.controls["method"].value = "lora"
     vram.controls["method"].value = "qlora"
     assert drawn == [] and vram.error is None
+
+
+def test_the_environment_explorer_puts_back_saved_rows_with_the_same_pixels():
+    explorer = widgets.environment_explorer("7B", method="lora")
+    for value in (8, 4, 8, 12, 2, 8):
+        explorer.controls["batch_size"].value = value
+        assert explorer.error is None, explorer.error
+        shown, full = shown_and_full(explorer)
+        assert (shown == full).all(), value
+    # Every row of batch 8 was painted before under the same axes: no label is drawn again.
+    drawn = []
+    for label in explorer.drawn["labels"]:
+        label.draw = lambda renderer, label=label: drawn.append(label)
+    explorer.controls["batch_size"].value = 4
+    explorer.controls["batch_size"].value = 8
+    assert drawn == [] and explorer.error is None
+    for label in explorer.drawn["labels"]:
+        del label.draw
+    explorer.controls["tokens"].value = 1e6  # every row's time changes: drawn again
+    shown, full = shown_and_full(explorer)
+    assert (shown == full).all()
+    assert "$" in explorer.drawn["labels"][0].get_text()
+
+
+def test_the_vram_note_stays_in_the_saved_picture_when_nothing_live_overlaps_it():
+    explorer = widgets.vram_explorer("7B", method="lora", batch_size=64)
+    seen = set()
+    for method in ["full", "lora", "qlora"] * 2 + ["full"]:
+        explorer.controls["method"].value = method
+        assert explorer.error is None, explorer.error
+        shown, full = shown_and_full(explorer)
+        assert (shown == full).all(), method
+        note = explorer.chart.note
+        seen.add((bool(note.get_text()), note in explorer.chart.live_artists()))
+    assert (True, False) in seen  # a note, kept in the saved picture
+    # A note the bars reach is drawn live, over them, as in a full draw.
+    for size in ("70B", "34B", "13B"):
+        explorer.controls["model"].value = size
+        shown, full = shown_and_full(explorer)
+        assert (shown == full).all(), size
