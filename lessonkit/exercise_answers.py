@@ -404,7 +404,7 @@ def _fourteen_gb_model() -> dict[str, float]:
     forward = report.phase_peaks["forward"] - b["weights"] - b["optimizer"]
     rows = {"gradients": b["gradients"], "optimizer": b["optimizer"], "activations": forward,
             "cuda_context": b["cuda_context"]}
-    return {row: rows[row] for row in bank()["06.4"]["rows"]}
+    return {row: rows[row] / GiB for row in bank()["06.4"]["rows"]}
 
 
 @_expects("06.6")
