@@ -89,6 +89,9 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--zero-stage", type=int, default=0, help="ZeRO stage 0-3 (default: 0)")
     parser.add_argument("--offload-optimizer", action="store_true",
                         help="optimizer states in CPU RAM (needs --zero-stage 1-3)")
+    parser.add_argument("--activation-offload", action="store_true",
+                        help="copy what is saved for backward to CPU RAM (torch's save_on_cpu, "
+                             "TRL's activation_offloading); needs --gradient-checkpointing")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     parser.add_argument("--gpu", help="say whether it fits on this GPU (e.g. t4, 'A100 80GB')")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -124,7 +127,8 @@ def run_vram(args: argparse.Namespace) -> int:
         attention=args.attention, offload_optimizer=args.offload_optimizer,
         double_quant=not args.no_double_quant, lora_dtype=args.lora_dtype,
         gradient_accumulation=args.gradient_accumulation, device=args.device,
-        lora_dropout=args.lora_dropout, bitsandbytes=args.bitsandbytes)
+        lora_dropout=args.lora_dropout, bitsandbytes=args.bitsandbytes,
+        activation_offload=args.activation_offload)
     report = estimate(args.model, **settings)
     fits = None if gpu is None else report.fits(gpu.usable_bytes)
     fixes = [] if gpu is None or fits else vram_fixes(args.model, settings, gpu.usable_bytes,

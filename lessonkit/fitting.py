@@ -339,7 +339,9 @@ def fix_candidates(settings: dict, native_bf16: bool = True,
             change = {"batch_size": b, "gradient_accumulation": accum * -(-batch // b)}
             smaller.append(change | (ckpt if with_ckpt else {}))
             b //= 2
-    groups: list[list[dict]] = [[ckpt], smaller]
+    # activation offloading (with checkpointing, as modelled) costs host transfers, not results
+    offload = ckpt | {"activation_offload": True}
+    groups: list[list[dict]] = [[ckpt, offload], smaller]
     usual = usual_precision(settings["method"], native_bf16)
     if settings["precision"] not in (usual, "fp16-mixed" if usual == "bf16-mixed" else usual):
         groups.insert(1, [{"precision": usual}, {"precision": usual} | ckpt])

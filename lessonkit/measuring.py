@@ -50,7 +50,7 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
             zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
             double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
             device: str = "cpu", lora_dropout: float = 0.0,
-            bitsandbytes: str = "current") -> MemoryReport:
+            bitsandbytes: str = "current", activation_offload: bool = False) -> MemoryReport:
     """Measure the peak memory per GPU of one training step of ``model`` (see the module doc).
 
     Takes the same keyword arguments as ``estimate``; ``device="cpu"`` measures under
@@ -64,7 +64,8 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
                         attention=attention, offload_optimizer=offload_optimizer,
                         double_quant=double_quant, lora_dtype=lora_dtype,
                         gradient_accumulation=gradient_accumulation, device=device,
-                        lora_dropout=lora_dropout, bitsandbytes=bitsandbytes)
+                        lora_dropout=lora_dropout, bitsandbytes=bitsandbytes,
+                        activation_offload=activation_offload)
     _require_torch()
     if settings.device == "cuda":
         return measure_cuda(spec, settings)
@@ -204,7 +205,8 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ._memtrack import Tracker, fsdp_buffers_are_temporaries, storage_keys, tensor_bytes
+    from ._memtrack import (Tracker, fsdp_buffers_are_temporaries, offloaded_activations,
+                            storage_keys, tensor_bytes)
     from ._bnb import prepare_fake_bitsandbytes, quant_state_tensors
     from ._standins import (Parallel, fake_process_group, legacy_bnb_saves_input,
                             make_optimizer, off_device_tensors, quantize_linears, state_tensors)
@@ -262,6 +264,8 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
         if device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+        stack.enter_context(offloaded_activations(settings.activation_offload,
+                                                  simulate=device != "cuda"))
         with tracker:
             for _ in range(settings.gradient_accumulation):
                 tracker.set_phase("forward")
@@ -299,6 +303,8 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
             "optimizer_bytes": tensor_bytes(states),
             "cpu_only": fake and cpu_kernels_differ(spec, settings),
         }
+        if settings.activation_offload:
+            measured["offloaded_peak_bytes"] = tracker.host_peak
     phase_peaks = {}
     for phase, level in occurrences:
         if phase in PHASES:
@@ -455,6 +461,14 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
                      "; dequantized to the compute dtype in forward and again in backward.")
     if s.gradient_checkpointing:
         notes.append("Gradient checkpointing (use_reentrant=False) on every decoder layer.")
+    if s.activation_offload:
+        notes.append(
+            "Activation offloading: torch.autograd.graph.save_on_cpu's two hooks around forward "
+            "and backward; every tensor saved for backward is copied to host memory and back "
+            + ("(save_on_cpu(pin_memory=True) itself" if s.device == "cuda" else
+               "(on CPU the copies are made explicitly, since there save_on_cpu copies nothing; "
+               "host copies are left out of the figures")
+            + f"; host memory at its highest {measured['offloaded_peak_bytes'] / 2**30:.3f} GiB).")
     if s.gradient_accumulation > 1:
         peaks = measured["micro_batch_forward_peaks"]
         notes.append(f"{s.gradient_accumulation} micro-batches; gradients stay allocated "

@@ -46,6 +46,7 @@ class RunSettings:
     device: str
     lora_dropout: float = 0.0
     bitsandbytes: str = "current"
+    activation_offload: bool = False
 
     @property
     def mixed(self) -> bool:
@@ -129,6 +130,7 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
         device=choose(kw["device"], DEVICES, "device"),
         lora_dropout=_probability(kw.get("lora_dropout", 0.0), "lora_dropout"),
         bitsandbytes=choose(kw.get("bitsandbytes", "current"), BNB_BEHAVIOURS, "bitsandbytes"),
+        activation_offload=_flag(kw.get("activation_offload", False), "activation_offload"),
     )
     if s.method != "full":
         spec.lora_shapes(s.lora_targets)  # raises, naming the targets this model has
@@ -142,6 +144,19 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
     if s.offload_optimizer and s.zero_stage == 0:
         raise LessonkitError("offload_optimizer needs ZeRO (zero_stage 1, 2 or 3): plain data "
                              "parallelism keeps the optimizer states on the GPU.")
+    if s.activation_offload and s.method == "qlora" and s.bitsandbytes != "current":
+        raise LessonkitError("activation_offload is modelled with bitsandbytes='current' only "
+                             "(older releases kept each 4-bit layer's input outside autograd's "
+                             "saved tensors, where offloading does not reach it).")
+    if s.activation_offload and not s.gradient_checkpointing:
+        raise LessonkitError(
+            "activation_offload is modelled together with gradient_checkpointing=True (as "
+            "torchtune's recipes pair them): without checkpointing the working tensors inside "
+            "each layer decide the peak, which this calculator does not follow yet. Set "
+            "gradient_checkpointing=True, or activation_offload=False.")
+    if s.activation_offload and s.zero_stage == 3:
+        raise LessonkitError("activation_offload is modelled without ZeRO-3 only: use "
+                             "zero_stage 0, 1 or 2 with it, or turn it off under ZeRO-3.")
     if s.method == "qlora" and s.zero_stage == 3:
         raise LessonkitError("ZeRO-3 cannot shard 4-bit QLoRA weights in this calculator; use "
                              "zero_stage 0, 1 or 2 with QLoRA.")

@@ -38,6 +38,14 @@ NF4_BLOCK, NF4_NESTED_BLOCK = 64, 256
 
 
 @lru_cache(maxsize=1)
+def pcie_link() -> dict[str, Any]:
+    """PCIe 4.0 x16 from the bandwidth ladder (lessonkit/data/bandwidth.json): the host link
+    activation offloading crosses."""
+    text = resources.files("lessonkit").joinpath("data/bandwidth.json").read_text()
+    return next(link for link in json.loads(text)["links"] if link["name"] == "PCIe 4.0 x16")
+
+
+@lru_cache(maxsize=1)
 def cuda_constants() -> dict[str, Any]:
     """The CUDA context size and allocator margin (lessonkit/data/cuda_constants.json)."""
     text = resources.files("lessonkit").joinpath("data/cuda_constants.json").read_text()
@@ -70,7 +78,7 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
              zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
              double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
              device: str = "cuda", lora_dropout: float = 0.0,
-             bitsandbytes: str = "current") -> MemoryReport:
+             bitsandbytes: str = "current", activation_offload: bool = False) -> MemoryReport:
     """Estimate the peak GPU memory per GPU of one training step of ``model``.
 
     ``model`` is a preset name ("llama-2-7b"), a size ("7B", 7e9), a ModelSpec or a Hugging
@@ -84,7 +92,7 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
         lora_targets=lora_targets, n_gpus=n_gpus, zero_stage=zero_stage, attention=attention,
         offload_optimizer=offload_optimizer, double_quant=double_quant, lora_dtype=lora_dtype,
         gradient_accumulation=gradient_accumulation, device=device, lora_dropout=lora_dropout,
-        bitsandbytes=bitsandbytes)
+        bitsandbytes=bitsandbytes, activation_offload=activation_offload)
     return _Step(spec, s).report()
 
 
@@ -268,6 +276,19 @@ class _Step:
             self.fw_layers = (self.first_saved + (spec.n_layers - 1) * self.layer_saved
                               + self.rope)
             self.fw_copies = self.bw_copies = copies  # saved until each layer's backward
+        # activation offloading: whatever is saved for backward goes to host memory, and
+        # autocast's cached copies of trained weights are all that stays until the forward ends
+        # with LoRA and checkpointing the embeddings' output is made to require grad: a leaf,
+        # which its gradient's accumulator keeps on the device although it is offloaded
+        self.offload_kept = p * t * h if ckpt and not full else 0
+        # what goes to the host: every saved tensor outside the checkpointed layers (their
+        # inputs, the embedding's indices, the head's, the loss's two fp32 [tokens, vocab]
+        # tensors) and lm_head's weight as the matmul saves it
+        self.offloaded = (self.inputs + self.fw_layers + self.head_saved + 2 * self.logsoftmax
+                          + self.c * v * h if s.activation_offload else 0)
+        if s.activation_offload:
+            self.fw_copies, self.bw_copies = (copies if full else 0), 0
+            self.head_copies = self.head_copies if full else 0
 
     def phases(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
         spec, s, ctx = self.spec, self.s, self.ctx
@@ -276,14 +297,19 @@ class _Step:
         grads_fw = self.gradients if s.gradient_accumulation > 1 else self.buckets
         logits_fw = c * t * v + (4 * t * v if c != 4 else 0) + self.logsoftmax
         last_hidden = p * t * h
+        # offloaded: only the labels the loss is working on stay of what is saved
+        saved = (8 * t + self.offload_kept if s.activation_offload
+                 else self.fw_layers + self.head_saved)
         fw = dict(static, gradients=grads_fw,
-                  activations=self.inputs + self.fw_layers + self.head_saved + last_hidden
+                  activations=self.inputs + saved + last_hidden
                   + 8 * s.batch_size * (s.seq_len + 1),
                   logits=logits_fw, temporaries=self.head_copies + self.fw_copies + self.gather)
         bw_start = dict(static, gradients=grads_fw,
-                        activations=self.inputs + self.fw_layers + self.head_saved,
+                        activations=self.inputs + (self.offload_kept if s.activation_offload
+                                                   else saved),
                         logits=self.logsoftmax + 8 * t * v,
-                        temporaries=self.head_copies + self.bw_copies + self.gather)
+                        temporaries=(0 if s.activation_offload else self.head_copies)
+                        + self.bw_copies + self.gather)
         bw_layers = self._layer_moments(static, grads_fw)
         # end: every gradient; tied embeddings add the embedding's gradient to lm_head's
         tied = 2 * p * v * h if ctx.full and spec.tie_embeddings else 0
@@ -314,10 +340,12 @@ class _Step:
         t, h, p = self.ctx.tokens, spec.hidden_size, self.p
         layers, ckpt = spec.n_layers, s.gradient_checkpointing
         kept = p * t * h + self.bnb_kept if ckpt else self.layer_saved
-        kept_copies = 0 if ckpt else self.layer_copies
+        kept_copies = 0 if ckpt or s.activation_offload else self.layer_copies
         moments = []
         for k in sorted({0, layers - 1}) if ks is None else ks:  # k layers done
             below = self.inputs + self.embed_saved + self.fw_layers - k * kept
+            if s.activation_offload:  # only the layer at work is back on the device
+                below = self.inputs + self.offload_kept + kept
             if ks is not None:
                 moments.append(dict(static, gradients=grads_fw + self.head_grads
                                     + k * self.layer_grads, activations=below + p * t * h,
@@ -491,6 +519,19 @@ class _Step:
         if s.gradient_checkpointing:
             notes.append("Gradient checkpointing: each layer keeps only its input; one layer's "
                          "activations are recomputed at a time in backward.")
+        if s.activation_offload:
+            link = pcie_link()
+            seconds = 2 * self.offloaded * s.gradient_accumulation / (link["bandwidth_gbs"] * 1e9)
+            notes.append(
+                "Activation offloading (torch.autograd.graph.save_on_cpu, TRL's "
+                "activation_offloading, torchtune's OffloadActivations) with checkpointing: "
+                "each layer's checkpointed input and the head's saved tensors live in CPU RAM "
+                f"(about {self.offloaded / GiB:.2f} GiB per micro-batch) and come back one "
+                "layer at a time in backward; autocast's copies of trained weights stay until "
+                "the forward ends. The cost is time: that much crosses PCIe twice per "
+                f"micro-batch, {seconds * 1e3:,.0f} ms per step at {link['name']}'s "
+                f"{link['bandwidth_gbs']:g} GB/s ({link['source']}), partly hidden behind "
+                "compute when the host memory is pinned.")
         if s.gradient_accumulation > 1:
             notes.append(f"{s.gradient_accumulation} micro-batches: activations are those of "
                          "one micro-batch, but gradients stay allocated between them.")
@@ -540,6 +581,8 @@ class _Step:
         settings["estimated"] = {
             "weight_bytes": self.weights, "gradient_bytes": self.gradients,
             "optimizer_bytes": self.optimizer, "trainable_parameters": self.trainable_params}
+        if self.s.activation_offload:
+            settings["estimated"]["offloaded_bytes"] = self.offloaded
         return MemoryReport(model=self.spec, settings=settings, breakdown=breakdown,
                             peak_phase=phase, phase_peaks=peaks, assumptions=self.assumptions(),
                             source="estimate", timeline_source=self.timeline)

@@ -86,6 +86,35 @@ def test_lora_dropout_and_bitsandbytes_behaviour_reach_the_estimate(capsys) -> N
     assert any("before 0.43.2" in a for a in data["assumptions"])
 
 
+def test_activation_offload_reaches_the_estimate(capsys) -> None:
+    code, out, _ = run(capsys, "--model", "llama-3.1-8b", "--method", "lora",
+                       "--gradient-checkpointing", "--activation-offload", "--batch-size", "4",
+                       "--seq-len", "2048", "--json")
+    data = json.loads(out)
+    kw = dict(method="lora", precision="bf16", gradient_checkpointing=True, batch_size=4,
+              seq_len=2048)
+    expected = estimate("llama-3.1-8b", activation_offload=True, **kw)
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    assert data["settings"]["activation_offload"] is True
+    assert data["total_bytes"] < estimate("llama-3.1-8b", **kw).total_bytes
+    assert any("PCIe" in a and "ms per step" in a for a in data["assumptions"])
+
+
+def test_a_run_that_fits_only_with_offloading_is_told_so(capsys) -> None:
+    """Checkpointing alone is not enough; checkpointing with offloading is: the first fix."""
+    kw = dict(method="lora", precision="bf16", batch_size=4, seq_len=2048)
+    ckpt = estimate("llama-3.1-8b", gradient_checkpointing=True, **kw).total_bytes
+    offload = estimate("llama-3.1-8b", gradient_checkpointing=True, activation_offload=True,
+                       **kw).total_bytes
+    from lessonkit.fitting import fit_changes
+
+    settings = dict(kw, gradient_checkpointing=False, optimizer="adamw", lora_rank=16,
+                    lora_targets=None, n_gpus=1, zero_stage=0, gradient_accumulation=1)
+    found = fit_changes("llama-3.1-8b", settings, (ckpt + offload) / 2, limit=1)
+    assert found and found[0][0] == {"gradient_checkpointing": True, "activation_offload": True}
+    assert found[0][1].total_bytes == offload
+
+
 def test_lora_targets_default_to_the_model_family(capsys) -> None:
     code, out, _ = run(capsys, "--model", "gpt2", "--method", "lora", "--json")
     data = json.loads(out)
@@ -184,6 +213,9 @@ BAD = [
     (["--model", "7B", "--attention", "flash3"], "Unknown attention"),
     (["--model", "7B", "--method", "lora", "--lora-dropout", "1.5"], "lora_dropout must be"),
     (["--model", "7B", "--method", "qlora", "--bitsandbytes", "0.41"], "bitsandbytes"),
+    (["--model", "7B", "--activation-offload"], "gradient_checkpointing=True"),
+    (["--model", "7B", "--activation-offload", "--gradient-checkpointing", "--n-gpus", "2",
+      "--zero-stage", "3"], "zero_stage 0, 1 or 2"),
     (["--model", "0.1"], "at least 1M parameters, got 0.1"),
     (["--model", "7GB"], "Or a size in parameters: '7B'"),
     (["--model", "7"], "got 7. A size counts parameters: '7B'"),

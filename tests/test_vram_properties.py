@@ -67,6 +67,11 @@ def runs(draw: st.DrawFn, several_gpus: bool | None = None) -> tuple[ModelSpec, 
         device=draw(st.sampled_from(("cuda", "cpu"))),
         lora_dropout=draw(st.sampled_from((0.0, 0.05, 0.1))),
         bitsandbytes=draw(st.sampled_from(BNB_BEHAVIOURS)))
+    # activation offloading is modelled with checkpointing, without ZeRO-3 and with current
+    # bitsandbytes (settings.validate_run)
+    kw["activation_offload"] = (kw["gradient_checkpointing"] and zero != 3
+                                and not (method == "qlora" and kw["bitsandbytes"] != "current")
+                                and draw(st.booleans()))
     assume(not (method == "qlora" and (precision in ("fp32", "bf16-master") or zero == 3)))
     return spec, kw
 
@@ -128,6 +133,7 @@ def test_higher_zero_stage_never_needs_more(run) -> None:
 
     Documented exceptions:
     - offloading the optimizer needs ZeRO, so runs with it compare stages 1 to 3 only;
+    - activation offloading is not modelled under ZeRO-3: runs with it compare stages 0 to 2;
     - ZeRO-3 (FSDP) keeps the embeddings and lm_head gathered beside their shards, and holds
       up to four layer-sized buffers (a layer's gathered parameters, its own and the next
       layer's all-gather buffers in forward; its unsharded gradients and a reduce-scatter
@@ -138,8 +144,8 @@ def test_higher_zero_stage_never_needs_more(run) -> None:
     """
     spec, kw = run
     stages = (1, 2, 3) if kw["offload_optimizer"] else (0, 1, 2, 3)
-    if kw["method"] == "qlora":
-        stages = stages[:-1]  # QLoRA cannot be sharded with ZeRO-3
+    if kw["method"] == "qlora" or kw["activation_offload"]:
+        stages = stages[:-1]  # QLoRA cannot be sharded with ZeRO-3, nor offload under it
     steps = {z: _Step(spec, validate_run(spec, **(DEFAULTS | kw | dict(zero_stage=z))))
              for z in stages}
     totals = {z: estimate(spec, **(kw | dict(zero_stage=z))).total_bytes for z in stages}
