@@ -92,6 +92,9 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--activation-offload", action="store_true",
                         help="copy what is saved for backward to CPU RAM (torch's save_on_cpu, "
                              "TRL's activation_offloading); needs --gradient-checkpointing")
+    parser.add_argument("--optimizer-in-backward", action="store_true",
+                        help="step each parameter as its gradient is made and free it (torchtune's "
+                             "optimizer_in_bwd); needs --gradient-accumulation 1 and one GPU")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     parser.add_argument("--gpu", help="say whether it fits on this GPU (e.g. t4, 'A100 80GB')")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -128,7 +131,8 @@ def run_vram(args: argparse.Namespace) -> int:
         double_quant=not args.no_double_quant, lora_dtype=args.lora_dtype,
         gradient_accumulation=args.gradient_accumulation, device=args.device,
         lora_dropout=args.lora_dropout, bitsandbytes=args.bitsandbytes,
-        activation_offload=args.activation_offload)
+        activation_offload=args.activation_offload,
+        optimizer_in_backward=args.optimizer_in_backward)
     report = estimate(args.model, **settings)
     fits = None if gpu is None else report.fits(gpu.usable_bytes)
     fixes = [] if gpu is None or fits else vram_fixes(args.model, settings, gpu.usable_bytes,

@@ -342,6 +342,9 @@ def fix_candidates(settings: dict, native_bf16: bool = True,
     # activation offloading (with checkpointing, as modelled) costs host transfers, not results
     offload = ckpt | {"activation_offload": True}
     groups: list[list[dict]] = [[ckpt, offload], smaller]
+    if accum == 1 and settings["n_gpus"] == 1:  # the step in backward: one gradient at a time
+        in_backward = {"optimizer_in_backward": True}
+        groups.insert(1, [in_backward, in_backward | ckpt])
     usual = usual_precision(settings["method"], native_bf16)
     if settings["precision"] not in (usual, "fp16-mixed" if usual == "bf16-mixed" else usual):
         groups.insert(1, [{"precision": usual}, {"precision": usual} | ckpt])

@@ -50,7 +50,8 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
             zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
             double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
             device: str = "cpu", lora_dropout: float = 0.0,
-            bitsandbytes: str = "current", activation_offload: bool = False) -> MemoryReport:
+            bitsandbytes: str = "current", activation_offload: bool = False,
+            optimizer_in_backward: bool = False) -> MemoryReport:
     """Measure the peak memory per GPU of one training step of ``model`` (see the module doc).
 
     Takes the same keyword arguments as ``estimate``; ``device="cpu"`` measures under
@@ -65,7 +66,8 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
                         double_quant=double_quant, lora_dtype=lora_dtype,
                         gradient_accumulation=gradient_accumulation, device=device,
                         lora_dropout=lora_dropout, bitsandbytes=bitsandbytes,
-                        activation_offload=activation_offload)
+                        activation_offload=activation_offload,
+                        optimizer_in_backward=optimizer_in_backward)
     _require_torch()
     if settings.device == "cuda":
         return measure_cuda(spec, settings)
@@ -237,23 +239,30 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
         finish_model(model, spec, settings)
         model = parallel.prepare(model)
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = make_optimizer(parallel.optimizer_params(params), settings.optimizer,
-                                   settings.precision, on_gpu=device == "cuda")
-        for group in optimizer.param_groups:  # warm-up: a step on zero gradients makes the states
-            for p in group["params"]:
-                p.grad = torch.zeros_like(p)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        # the optimizer step in backward: one optimizer per parameter (see step_in_backward)
+        optimizers = [make_optimizer(group, settings.optimizer, settings.precision,
+                                     on_gpu=device == "cuda")
+                      for group in ([[p] for p in params] if settings.optimizer_in_backward
+                                    else [parallel.optimizer_params(params)])]
+        for optimizer in optimizers:  # warm-up: a step on zero gradients makes the states
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    p.grad = torch.zeros_like(p)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
 
         ids = torch.randint(0, spec.vocab_size, (settings.batch_size, settings.seq_len),
                             device=device)
         weights = list(model.parameters()) + list(model.buffers()) + quant_state_tensors(model)
         tracker = Tracker()
-        tracker.ignored = storage_keys(off_device_tensors(optimizer))
+        tracker.ignored = storage_keys([t for o in optimizers for t in off_device_tensors(o)])
         for t in weights:
             tracker.add(t)
         tracker.weight_keys = set(tracker.live)
-        states = [] if settings.offload_optimizer else state_tensors(optimizer)
+        states = [] if settings.offload_optimizer else [
+            t for o in optimizers for t in state_tensors(o)]
+        if settings.optimizer_in_backward:
+            stack.enter_context(step_in_backward(dict(zip(params, optimizers)), tracker))
         for t in states + parallel.gradient_tensors():
             tracker.add(t)
         tracker.add(ids, phase="forward")
@@ -278,11 +287,11 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
                 del loss
             tracker.set_phase("optimizer")
             parallel.before_step()
-            if not settings.offload_optimizer:
-                optimizer.step()
+            if not (settings.offload_optimizer or settings.optimizer_in_backward):
+                optimizers[0].step()
             tracker.set_phase("end")
         if settings.offload_optimizer:  # the step runs on the CPU copy: nothing on the GPU
-            optimizer.step()
+            optimizers[0].step()
         if device == "cuda":
             torch.cuda.synchronize()
 
@@ -322,6 +331,30 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
     return report, tracker
 
 
+
+
+@contextlib.contextmanager
+def step_in_backward(optimizers: dict, tracker: Any) -> Iterator[None]:
+    """The optimizer step fused into backward, as PyTorch's tutorial and torchtune's
+    optimizer_in_bwd do it: a hook after each parameter's gradient is accumulated steps that
+    parameter's own optimizer and frees the gradient. The gradient is filed under gradients,
+    the step's own allocations under temporaries."""
+    from ._memtrack import label
+
+    def hook(param: Any) -> None:
+        record = tracker.live.get(param.grad.untyped_storage()._cdata)
+        if record is not None:
+            record.label = "gradients"
+        with label("temporaries"):
+            optimizers[param].step()
+        optimizers[param].zero_grad(set_to_none=True)
+
+    handles = [p.register_post_accumulate_grad_hook(hook) for p in optimizers]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def cpu_kernels_differ(spec: ModelSpec, settings: RunSettings) -> bool:
@@ -469,6 +502,9 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
                "(on CPU the copies are made explicitly, since there save_on_cpu copies nothing; "
                "host copies are left out of the figures")
             + f"; host memory at its highest {measured['offloaded_peak_bytes'] / 2**30:.3f} GiB).")
+    if s.optimizer_in_backward:
+        notes.append("Optimizer step in backward: one optimizer per parameter, stepped by its "
+                     "register_post_accumulate_grad_hook, which then frees the gradient.")
     if s.gradient_accumulation > 1:
         peaks = measured["micro_batch_forward_peaks"]
         notes.append(f"{s.gradient_accumulation} micro-batches; gradients stay allocated "

@@ -47,6 +47,7 @@ class RunSettings:
     lora_dropout: float = 0.0
     bitsandbytes: str = "current"
     activation_offload: bool = False
+    optimizer_in_backward: bool = False
 
     @property
     def mixed(self) -> bool:
@@ -131,6 +132,8 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
         lora_dropout=_probability(kw.get("lora_dropout", 0.0), "lora_dropout"),
         bitsandbytes=choose(kw.get("bitsandbytes", "current"), BNB_BEHAVIOURS, "bitsandbytes"),
         activation_offload=_flag(kw.get("activation_offload", False), "activation_offload"),
+        optimizer_in_backward=_flag(kw.get("optimizer_in_backward", False),
+                                    "optimizer_in_backward"),
     )
     if s.method != "full":
         spec.lora_shapes(s.lora_targets)  # raises, naming the targets this model has
@@ -144,6 +147,14 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
     if s.offload_optimizer and s.zero_stage == 0:
         raise LessonkitError("offload_optimizer needs ZeRO (zero_stage 1, 2 or 3): plain data "
                              "parallelism keeps the optimizer states on the GPU.")
+    if s.optimizer_in_backward and s.gradient_accumulation > 1:
+        raise LessonkitError(
+            "optimizer_in_backward steps each parameter as soon as its gradient is ready, so "
+            "there is nothing to accumulate: it needs gradient_accumulation=1 (got "
+            f"{s.gradient_accumulation}), or set optimizer_in_backward=False.")
+    if s.optimizer_in_backward and (s.n_gpus > 1 or s.offload_optimizer):
+        raise LessonkitError("optimizer_in_backward is modelled on one GPU without optimizer "
+                             "offload: use n_gpus=1, or optimizer_in_backward=False.")
     if s.activation_offload and s.method == "qlora" and s.bitsandbytes != "current":
         raise LessonkitError("activation_offload is modelled with bitsandbytes='current' only "
                              "(older releases kept each 4-bit layer's input outside autograd's "

@@ -78,7 +78,8 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
              zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
              double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
              device: str = "cuda", lora_dropout: float = 0.0,
-             bitsandbytes: str = "current", activation_offload: bool = False) -> MemoryReport:
+             bitsandbytes: str = "current", activation_offload: bool = False,
+             optimizer_in_backward: bool = False) -> MemoryReport:
     """Estimate the peak GPU memory per GPU of one training step of ``model``.
 
     ``model`` is a preset name ("llama-2-7b"), a size ("7B", 7e9), a ModelSpec or a Hugging
@@ -92,7 +93,8 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
         lora_targets=lora_targets, n_gpus=n_gpus, zero_stage=zero_stage, attention=attention,
         offload_optimizer=offload_optimizer, double_quant=double_quant, lora_dtype=lora_dtype,
         gradient_accumulation=gradient_accumulation, device=device, lora_dropout=lora_dropout,
-        bitsandbytes=bitsandbytes, activation_offload=activation_offload)
+        bitsandbytes=bitsandbytes, activation_offload=activation_offload,
+        optimizer_in_backward=optimizer_in_backward)
     return _Step(spec, s).report()
 
 
@@ -169,6 +171,20 @@ class _Step:
                            if full and not spec.tie_embeddings else 0)
         if s.gradient_accumulation > 1:  # accumulated in place into the existing gradients
             self.layer_grads = self.first_layer_grad = self.head_grads = 0
+        # the optimizer step in backward: each gradient is stepped and freed as soon as it is
+        # made, one tensor at a time, with that tensor's own step temporaries
+        self.oib = s.optimizer_in_backward
+
+        def step_temps(shape: tuple[int, ...]) -> int:
+            return opt.step_temporaries(s.optimizer, [(math.prod(shape), shape, 1)],
+                                        grad_dtype, master)
+
+        self.oib_head = self.oib_head_temps = self.oib_mlp_temps = self.oib_embed_temps = 0
+        if self.oib:
+            self.oib_head, self.head_grads, self.layer_grads = self.head_grads, 0, 0
+            self.oib_head_temps = step_temps((spec.vocab_size, spec.hidden_size))
+            self.oib_mlp_temps = step_temps(mlp_out) if full else 0
+            self.oib_embed_temps = step_temps((spec.vocab_size, spec.hidden_size)) if full else 0
         # optimizer states: sharded from ZeRO-1
         shards = [(math.prod(local(sh, zero)), local(sh, zero), count) for sh, count in trainable]
         state = opt.state_bytes(s.optimizer, shards, grad_dtype, master)
@@ -313,12 +329,16 @@ class _Step:
         bw_layers = self._layer_moments(static, grads_fw)
         # end: every gradient; tied embeddings add the embedding's gradient to lm_head's
         tied = 2 * p * v * h if ctx.full and spec.tie_embeddings else 0
-        bw_end = dict(static, gradients=self.gradients,
+        bw_end = dict(static, gradients=0 if self.oib else self.gradients,
                       activations=self.inputs + 2 * p * t * h + tied,
-                      temporaries=self.gather)
-        step = dict(static, gradients=self.gradients, activations=self.inputs,
-                    temporaries=self.step_temps)
+                      temporaries=self.gather + self.oib_embed_temps)
+        step = dict(static, gradients=0 if self.oib else self.gradients,
+                    activations=self.inputs, temporaries=0 if self.oib else self.step_temps)
         fws, bws = [fw], [bw_start, *bw_layers, bw_end]
+        if self.oib_head:  # lm_head's gradient, stepped as backward begins
+            bws.append(dict(bw_start, gradients=self.oib_head, logits=0,
+                            activations=bw_start["activations"] + p * t * h,
+                            temporaries=bw_start["temporaries"] + self.oib_head_temps))
         if self.fsdp:
             more_fw, bws = self._fsdp_moments(static, grads_fw)
             fws += more_fw
@@ -354,7 +374,8 @@ class _Step:
                 moments.append(dict(
                     static, gradients=grads_fw + self.head_grads + k * self.layer_grads
                     + self.first_layer_grad, activations=below + extra,
-                    temporaries=self.bw_copies - k * kept_copies + temps + self.gather))
+                    temporaries=self.bw_copies - k * kept_copies + temps + self.gather
+                    + self.oib_mlp_temps))
         return moments
 
     def _inside_layer(self, first: bool) -> list[tuple[int, int]]:
@@ -519,6 +540,13 @@ class _Step:
         if s.gradient_checkpointing:
             notes.append("Gradient checkpointing: each layer keeps only its input; one layer's "
                          "activations are recomputed at a time in backward.")
+        if s.optimizer_in_backward:
+            notes.append(
+                "Optimizer step in backward (torchtune's optimizer_in_bwd, PyTorch's "
+                "register_post_accumulate_grad_hook tutorial): each parameter has its own "
+                "optimizer, stepped as soon as its gradient is made, which is then freed: one "
+                "tensor's gradient and step temporaries at a time, none kept after backward. "
+                "It rules out gradient accumulation and clipping by the global gradient norm.")
         if s.activation_offload:
             link = pcie_link()
             seconds = 2 * self.offloaded * s.gradient_accumulation / (link["bandwidth_gbs"] * 1e9)
@@ -578,8 +606,8 @@ class _Step:
             breakdown["cuda_context"] = int(const["cuda_context_bytes"])
             breakdown["allocator_margin"] = int(tensors * (const["allocator_margin_ratio"] - 1))
         settings = self.s.as_dict()
-        settings["estimated"] = {
-            "weight_bytes": self.weights, "gradient_bytes": self.gradients,
+        settings["estimated"] = {  # with the step in backward no gradient is kept
+            "weight_bytes": self.weights, "gradient_bytes": 0 if self.oib else self.gradients,
             "optimizer_bytes": self.optimizer, "trainable_parameters": self.trainable_params}
         if self.s.activation_offload:
             settings["estimated"]["offloaded_bytes"] = self.offloaded

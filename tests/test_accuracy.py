@@ -172,6 +172,25 @@ GRID = [
                   gradient_checkpointing=True, activation_offload=True)),
     ("wgpt2", dict(batch_size=4, seq_len=512, method="lora", gradient_checkpointing=True,
                    activation_offload=True)),
+    # the optimizer step in backward (one optimizer per parameter, stepped by a hook that
+    # then frees the gradient): no gradient kept, one tensor's step temporaries at a time
+    ("llama", dict(batch_size=4, seq_len=256, optimizer_in_backward=True)),
+    ("llama", dict(batch_size=4, seq_len=256, method="lora", optimizer_in_backward=True)),
+    ("wide", dict(batch_size=1, seq_len=128, optimizer_in_backward=True)),
+    ("wide", dict(batch_size=1, seq_len=128, precision="bf16", optimizer="adamw-forloop",
+                  optimizer_in_backward=True)),
+    ("wide", dict(batch_size=1, seq_len=64, precision="fp32", optimizer="adafactor",
+                  optimizer_in_backward=True)),
+    ("wide", dict(batch_size=2, seq_len=256, precision="bf16", gradient_checkpointing=True,
+                  optimizer_in_backward=True)),
+    ("wide", dict(batch_size=1, seq_len=128, precision="bf16-master",
+                  optimizer_in_backward=True)),
+    ("wide", dict(batch_size=1, seq_len=128, method="qlora", lora_targets="all-linear",
+                  optimizer_in_backward=True)),
+    ("gpt2", dict(batch_size=2, seq_len=128, precision="fp32", optimizer_in_backward=True)),
+    ("wgpt2", dict(batch_size=1, seq_len=128, precision="bf16", optimizer="lion",
+                   optimizer_in_backward=True)),
+    ("qwen", dict(batch_size=2, seq_len=64, optimizer="adamw-8bit", optimizer_in_backward=True)),
 ]
 
 
@@ -230,6 +249,10 @@ def test_grid_covers_what_it_claims() -> None:
     offload = [(SPECS[f].family, kw) for f, kw in GRID if kw.get("activation_offload")]
     assert {kw.get("method", "full") for _, kw in offload} == set(METHODS)
     assert {family for family, _ in offload} >= {"llama", "qwen2", "gpt2"}
+    in_backward = [(SPECS[f].family, kw) for f, kw in GRID if kw.get("optimizer_in_backward")]
+    assert {kw.get("method", "full") for _, kw in in_backward} == set(METHODS)
+    assert {family for family, _ in in_backward} >= {"llama", "qwen2", "gpt2"}
+    assert len({kw.get("optimizer", "adamw") for _, kw in in_backward}) >= 5
 
 
 @pytest.mark.parametrize("case", GRID, ids=_id)

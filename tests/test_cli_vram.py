@@ -115,6 +115,18 @@ def test_a_run_that_fits_only_with_offloading_is_told_so(capsys) -> None:
     assert found[0][1].total_bytes == offload
 
 
+def test_optimizer_in_backward_reaches_the_estimate(capsys) -> None:
+    code, out, _ = run(capsys, "--model", "llama-2-7b", "--precision", "bf16",
+                       "--optimizer-in-backward", "--json")
+    data = json.loads(out)
+    expected = estimate("llama-2-7b", precision="bf16", optimizer_in_backward=True)
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    assert data["settings"]["optimizer_in_backward"] is True
+    assert data["settings"]["estimated"]["gradient_bytes"] == 0
+    # without it all 13.5 GB of bf16 gradients and the step's temporaries come on top
+    assert data["total_bytes"] < estimate("llama-2-7b", precision="bf16").total_bytes - 13e9
+
+
 def test_lora_targets_default_to_the_model_family(capsys) -> None:
     code, out, _ = run(capsys, "--model", "gpt2", "--method", "lora", "--json")
     data = json.loads(out)
@@ -214,6 +226,9 @@ BAD = [
     (["--model", "7B", "--method", "lora", "--lora-dropout", "1.5"], "lora_dropout must be"),
     (["--model", "7B", "--method", "qlora", "--bitsandbytes", "0.41"], "bitsandbytes"),
     (["--model", "7B", "--activation-offload"], "gradient_checkpointing=True"),
+    (["--model", "7B", "--optimizer-in-backward", "--gradient-accumulation", "4"],
+     "needs gradient_accumulation=1"),
+    (["--model", "7B", "--optimizer-in-backward", "--n-gpus", "2"], "n_gpus=1"),
     (["--model", "7B", "--activation-offload", "--gradient-checkpointing", "--n-gpus", "2",
       "--zero-stage", "3"], "zero_stage 0, 1 or 2"),
     (["--model", "0.1"], "at least 1M parameters, got 0.1"),
