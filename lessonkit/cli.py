@@ -95,6 +95,11 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer-in-backward", action="store_true",
                         help="step each parameter as its gradient is made and free it (torchtune's "
                              "optimizer_in_bwd); needs --gradient-accumulation 1 and one GPU")
+    parser.add_argument("--loss", default="standard",
+                        help="standard (the full logits in fp32, default) or chunked (torchtune's "
+                             "CEWithChunkedOutputLoss)")
+    parser.add_argument("--loss-chunks", type=int, default=8, metavar="N",
+                        help="chunks of the chunked loss (default: 8, as torchtune)")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     parser.add_argument("--gpu", help="say whether it fits on this GPU (e.g. t4, 'A100 80GB')")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -132,7 +137,8 @@ def run_vram(args: argparse.Namespace) -> int:
         gradient_accumulation=args.gradient_accumulation, device=args.device,
         lora_dropout=args.lora_dropout, bitsandbytes=args.bitsandbytes,
         activation_offload=args.activation_offload,
-        optimizer_in_backward=args.optimizer_in_backward)
+        optimizer_in_backward=args.optimizer_in_backward, loss=args.loss,
+        loss_chunks=args.loss_chunks)
     report = estimate(args.model, **settings)
     fits = None if gpu is None else report.fits(gpu.usable_bytes)
     fixes = [] if gpu is None or fits else vram_fixes(args.model, settings, gpu.usable_bytes,

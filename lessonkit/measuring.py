@@ -51,7 +51,8 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
             double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
             device: str = "cpu", lora_dropout: float = 0.0,
             bitsandbytes: str = "current", activation_offload: bool = False,
-            optimizer_in_backward: bool = False) -> MemoryReport:
+            optimizer_in_backward: bool = False, loss: str = "standard",
+            loss_chunks: int = 8) -> MemoryReport:
     """Measure the peak memory per GPU of one training step of ``model`` (see the module doc).
 
     Takes the same keyword arguments as ``estimate``; ``device="cpu"`` measures under
@@ -67,7 +68,8 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
                         gradient_accumulation=gradient_accumulation, device=device,
                         lora_dropout=lora_dropout, bitsandbytes=bitsandbytes,
                         activation_offload=activation_offload,
-                        optimizer_in_backward=optimizer_in_backward)
+                        optimizer_in_backward=optimizer_in_backward, loss=loss,
+                        loss_chunks=loss_chunks)
     _require_torch()
     if settings.device == "cuda":
         return measure_cuda(spec, settings)
@@ -279,7 +281,10 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
             for _ in range(settings.gradient_accumulation):
                 tracker.set_phase("forward")
                 with torch.autocast(device, dtype=compute_dtype, enabled=autocast):
-                    loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+                    if settings.loss == "chunked":
+                        loss = chunked_loss(model, ids, settings.loss_chunks)
+                    else:
+                        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
                 if settings.gradient_accumulation > 1:
                     loss = loss / settings.gradient_accumulation
                 tracker.set_phase("backward")
@@ -331,6 +336,31 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
     return report, tracker
 
 
+
+
+def chunked_loss(model: Any, ids: Any, chunks: int) -> Any:
+    """torchtune's chunked cross-entropy (CEWithChunkedOutputLoss with its recipes' model
+    output): lm_head applied to each of ``chunks`` pieces of the sequence, and each piece's
+    logits upcast to fp32 and reduced by cross-entropy in turn; the same lines as
+    torchtune/modules/loss/ce_chunked_output_loss.py, with the labels shifted as its recipes
+    do (the last position ignored)."""
+    import torch
+    import torch.nn.functional as F
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = base.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
+    head = base.get_output_embeddings()
+    logits = [head(piece) for piece in hidden.tensor_split(chunks, dim=1)]
+    del hidden
+    labels = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)
+    total = (labels != -100).sum()
+    pieces = [piece.reshape(-1) for piece in labels.tensor_split(chunks, dim=1)]
+    loss = 0.0
+    for logit, label in zip(logits, pieces):
+        logit = logit.reshape(-1, logit.size(-1))
+        loss = loss + F.cross_entropy(logit.float(), label, ignore_index=-100, reduction="sum")
+    del logits
+    return loss / total
 
 
 @contextlib.contextmanager
@@ -502,6 +532,9 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
                "(on CPU the copies are made explicitly, since there save_on_cpu copies nothing; "
                "host copies are left out of the figures")
             + f"; host memory at its highest {measured['offloaded_peak_bytes'] / 2**30:.3f} GiB).")
+    if s.loss == "chunked":
+        notes.append(f"Chunked cross-entropy in {s.loss_chunks} chunks: the code of torchtune's "
+                     "CEWithChunkedOutputLoss (lm_head and the fp32 upcast chunk by chunk).")
     if s.optimizer_in_backward:
         notes.append("Optimizer step in backward: one optimizer per parameter, stepped by its "
                      "register_post_accumulate_grad_hook, which then frees the gradient.")

@@ -79,7 +79,8 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
              double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
              device: str = "cuda", lora_dropout: float = 0.0,
              bitsandbytes: str = "current", activation_offload: bool = False,
-             optimizer_in_backward: bool = False) -> MemoryReport:
+             optimizer_in_backward: bool = False, loss: str = "standard",
+             loss_chunks: int = 8) -> MemoryReport:
     """Estimate the peak GPU memory per GPU of one training step of ``model``.
 
     ``model`` is a preset name ("llama-2-7b"), a size ("7B", 7e9), a ModelSpec or a Hugging
@@ -94,7 +95,7 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
         offload_optimizer=offload_optimizer, double_quant=double_quant, lora_dtype=lora_dtype,
         gradient_accumulation=gradient_accumulation, device=device, lora_dropout=lora_dropout,
         bitsandbytes=bitsandbytes, activation_offload=activation_offload,
-        optimizer_in_backward=optimizer_in_backward)
+        optimizer_in_backward=optimizer_in_backward, loss=loss, loss_chunks=loss_chunks)
     return _Step(spec, s).report()
 
 
@@ -277,6 +278,9 @@ class _Step:
         acts._linear(head, ctx, "lm_head", "final.out", p, True, h, v, False)
         self.head_saved = head.activations + 8 * t + self.embed_saved  # + the shifted labels
         self.head_copies = head.weight_copies
+        if s.loss == "chunked" and not full:
+            # autocast casts a frozen lm_head anew for each chunk, and each chunk saves its cast
+            self.head_copies *= s.loss_chunks
         self.logsoftmax = 4 * t * v
         self.inputs = 8 * t  # input_ids (the labels are the same tensor)
         copies = self.first_copies + (spec.n_layers - 1) * self.layer_copies
@@ -312,7 +316,16 @@ class _Step:
         static = {"weights": self.weights, "optimizer": self.optimizer}
         grads_fw = self.gradients if s.gradient_accumulation > 1 else self.buckets
         logits_fw = c * t * v + (4 * t * v if c != 4 else 0) + self.logsoftmax
-        last_hidden = p * t * h
+        logits_bw = self.logsoftmax + 8 * t * v
+        if s.loss == "chunked":
+            # every chunk's logits and log-softmax stay, but only one chunk's fp32 copy and,
+            # in backward, one chunk's two fp32 gradients exist at a time (the largest chunk)
+            chunk = s.batch_size * -(-s.seq_len // s.loss_chunks) * v
+            logits_fw = c * t * v + (4 * chunk if c != 4 else 0) + self.logsoftmax
+            logits_bw = self.logsoftmax + 8 * chunk
+        # the residual before the final norm, still held by the model's forward at the loss
+        # (a chunked loss runs after the decoder has returned)
+        last_hidden = 0 if s.loss == "chunked" else p * t * h
         # offloaded: only the labels the loss is working on stay of what is saved
         saved = (8 * t + self.offload_kept if s.activation_offload
                  else self.fw_layers + self.head_saved)
@@ -323,7 +336,7 @@ class _Step:
         bw_start = dict(static, gradients=grads_fw,
                         activations=self.inputs + (self.offload_kept if s.activation_offload
                                                    else saved),
-                        logits=self.logsoftmax + 8 * t * v,
+                        logits=logits_bw,
                         temporaries=(0 if s.activation_offload else self.head_copies)
                         + self.bw_copies + self.gather)
         bw_layers = self._layer_moments(static, grads_fw)
@@ -564,9 +577,18 @@ class _Step:
             notes.append(f"{s.gradient_accumulation} micro-batches: activations are those of "
                          "one micro-batch, but gradients stay allocated between them.")
         logits = 4 * s.batch_size * s.seq_len * spec.vocab_size
-        notes.append(f"Logits: the loss upcasts the logits to fp32 and keeps the log-softmax "
-                     f"({logits / GiB:.2f} GiB for a vocabulary of {spec.vocab_size:,}); "
-                     "their gradients appear at the start of backward.")
+        if s.loss == "chunked":
+            notes.append(
+                f"Chunked cross-entropy in {s.loss_chunks} chunks (torchtune's "
+                "CEWithChunkedOutputLoss): lm_head runs on each chunk of the sequence and each "
+                "chunk's logits are upcast to fp32 in turn, so the full fp32 copy "
+                f"({logits / GiB:.2f} GiB for a vocabulary of {spec.vocab_size:,}) never exists; "
+                "the log-softmax of every chunk is still kept for backward.")
+        else:
+            notes.append(f"Logits: the loss upcasts the logits to fp32 and keeps the "
+                         f"log-softmax ({logits / GiB:.2f} GiB for a vocabulary of "
+                         f"{spec.vocab_size:,}); their gradients appear at the start of "
+                         "backward.")
         if s.n_gpus > 1 or s.zero_stage:
             kind = {0: "DDP: everything replicated, plus gradient buckets as large as the "
                        "gradients",

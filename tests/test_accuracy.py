@@ -191,6 +191,20 @@ GRID = [
     ("wgpt2", dict(batch_size=1, seq_len=128, precision="bf16", optimizer="lion",
                    optimizer_in_backward=True)),
     ("qwen", dict(batch_size=2, seq_len=64, optimizer="adamw-8bit", optimizer_in_backward=True)),
+    # chunked cross-entropy (torchtune's CEWithChunkedOutputLoss): one chunk's fp32 logits at
+    # a time; with autocast a frozen lm_head is cast, and saved, once per chunk
+    ("llama", dict(batch_size=4, seq_len=256, loss="chunked")),
+    ("llama", dict(batch_size=4, seq_len=256, method="lora", loss="chunked")),
+    ("llama", dict(batch_size=4, seq_len=256, method="qlora", loss="chunked")),
+    ("llama", dict(batch_size=4, seq_len=256, precision="fp32", loss="chunked")),
+    ("llama", dict(batch_size=4, seq_len=250, loss="chunked", loss_chunks=3)),
+    ("llama", dict(batch_size=8, seq_len=512, precision="bf16", loss="chunked",
+                   loss_chunks=16, gradient_checkpointing=True)),
+    ("qwen", dict(batch_size=4, seq_len=256, precision="bf16", gradient_checkpointing=True,
+                  loss="chunked")),
+    ("gpt2", dict(batch_size=4, seq_len=256, loss="chunked")),
+    ("llama", dict(batch_size=4, seq_len=256, loss="chunked", optimizer_in_backward=True)),
+    ("llama", dict(batch_size=4, seq_len=256, loss="chunked", gradient_accumulation=2)),
 ]
 
 
@@ -253,6 +267,10 @@ def test_grid_covers_what_it_claims() -> None:
     assert {kw.get("method", "full") for _, kw in in_backward} == set(METHODS)
     assert {family for family, _ in in_backward} >= {"llama", "qwen2", "gpt2"}
     assert len({kw.get("optimizer", "adamw") for _, kw in in_backward}) >= 5
+    chunked = [(SPECS[f].family, kw) for f, kw in GRID if kw.get("loss") == "chunked"]
+    assert {kw.get("method", "full") for _, kw in chunked} == set(METHODS)
+    assert {family for family, _ in chunked} >= {"llama", "qwen2", "gpt2"}
+    assert len({kw.get("loss_chunks", 8) for _, kw in chunked}) >= 3
 
 
 @pytest.mark.parametrize("case", GRID, ids=_id)

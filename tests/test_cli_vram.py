@@ -127,6 +127,21 @@ def test_optimizer_in_backward_reaches_the_estimate(capsys) -> None:
     assert data["total_bytes"] < estimate("llama-2-7b", precision="bf16").total_bytes - 13e9
 
 
+def test_chunked_loss_reaches_the_estimate(capsys) -> None:
+    code, out, _ = run(capsys, "--model", "llama-3.1-8b", "--method", "qlora", "--batch-size",
+                       "4", "--seq-len", "2048", "--loss", "chunked", "--loss-chunks", "16",
+                       "--json")
+    data = json.loads(out)
+    kw = dict(method="qlora", precision="bf16", batch_size=4, seq_len=2048)
+    expected = estimate("llama-3.1-8b", loss="chunked", loss_chunks=16, **kw)
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    assert data["settings"]["loss"] == "chunked" and data["settings"]["loss_chunks"] == 16
+    # a 128k vocabulary: the full fp32 copy of the logits (4 GiB here) never exists
+    standard = estimate("llama-3.1-8b", **kw)
+    assert standard.breakdown["logits"] - data["breakdown"]["logits"] > 4 * GiB
+    assert any("CEWithChunkedOutputLoss" in a for a in data["assumptions"])
+
+
 def test_lora_targets_default_to_the_model_family(capsys) -> None:
     code, out, _ = run(capsys, "--model", "gpt2", "--method", "lora", "--json")
     data = json.loads(out)
@@ -229,6 +244,13 @@ BAD = [
     (["--model", "7B", "--optimizer-in-backward", "--gradient-accumulation", "4"],
      "needs gradient_accumulation=1"),
     (["--model", "7B", "--optimizer-in-backward", "--n-gpus", "2"], "n_gpus=1"),
+    (["--model", "7B", "--loss", "chunky"], "Unknown loss"),
+    (["--model", "7B", "--loss-chunks", "4"], "applies to loss='chunked' only"),
+    (["--model", "7B", "--loss", "chunked", "--loss-chunks", "0"], "loss_chunks"),
+    (["--model", "7B", "--loss", "chunked", "--seq-len", "4", "--loss-chunks", "8"],
+     "at most seq_len"),
+    (["--model", "7B", "--loss", "chunked", "--gradient-checkpointing", "--activation-offload"],
+     "not modelled together with activation_offload"),
     (["--model", "7B", "--activation-offload", "--gradient-checkpointing", "--n-gpus", "2",
       "--zero-stage", "3"], "zero_stage 0, 1 or 2"),
     (["--model", "0.1"], "at least 1M parameters, got 0.1"),

@@ -74,6 +74,10 @@ def runs(draw: st.DrawFn, several_gpus: bool | None = None) -> tuple[ModelSpec, 
                                 and draw(st.booleans()))
     kw["optimizer_in_backward"] = (kw["gradient_accumulation"] == 1 and n_gpus == 1
                                    and draw(st.booleans()))
+    # the chunked loss: not with activation offloading (settings.validate_run)
+    if not kw["activation_offload"] and draw(st.booleans()):
+        kw["loss"] = "chunked"
+        kw["loss_chunks"] = min(kw["seq_len"], draw(st.sampled_from((1, 8, 32))))
     assume(not (method == "qlora" and (precision in ("fp32", "bf16-master") or zero == 3)))
     return spec, kw
 
