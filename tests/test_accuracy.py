@@ -324,6 +324,13 @@ LARGE = [
     ("llama-2-7b", dict(batch_size=4, seq_len=1024, method="lora", precision="bf16",
                         gradient_checkpointing=True)),
     ("qwen2.5-0.5b", dict(batch_size=8, seq_len=2048, gradient_checkpointing=True)),
+    # the memory savers on a 128k vocabulary, where the logits weigh most
+    ("llama-3.1-8b", dict(batch_size=2, seq_len=2048, method="lora", precision="bf16",
+                          gradient_checkpointing=True, activation_offload=True)),
+    ("llama-3.1-8b", dict(batch_size=1, seq_len=512, precision="bf16",
+                          optimizer_in_backward=True)),
+    ("llama-3.1-8b", dict(batch_size=4, seq_len=1024, method="qlora", precision="bf16",
+                          gradient_checkpointing=True, loss="chunked")),
 ]
 
 
