@@ -253,6 +253,15 @@ def main() -> None:
           f"that as {GUIDE_BYTES_PER_PARAM[0]:.1f}-{GUIDE_BYTES_PER_PARAM[1]:.1f} bytes per "
           f"parameter (120e9 / 7e9 to 160e9 / 7e9) at the midpoint, "
           f"{statistics.mean(GUIDE_BYTES_PER_PARAM):.0f} B/param.\n")
+    print("Memory savers that recipes turn on are measured with the code that implements them: "
+          "`activation_offload` with the two hooks of `torch.autograd.graph.save_on_cpu` (on "
+          "CPU, where save_on_cpu copies nothing, the hooks make the host copies and the "
+          "tracker keeps them off the device's figure); `optimizer_in_backward` with one "
+          "optimizer per parameter stepped by `register_post_accumulate_grad_hook`, as "
+          "torchtune's `optimizer_in_bwd`; `loss=\"chunked\"` with the lines of torchtune's "
+          "`CEWithChunkedOutputLoss` (torchtune/modules/loss/ce_chunked_output_loss.py) and "
+          "its recipes' chunked model output (torchtune itself is not installed: it needs "
+          "torchao).\n")
     stand_in_rows = sum(uses_stand_ins(kw) for _, kw in cases)
     print(f"- configurations: {len(rows)}")
     print(f"- ours: median |error| {statistics.median(errors):.2%}, "

@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_leaves
 
 _LABELS: list[str] = []
+OFFLOADED = "offloaded"  # the label of host copies (activation offloading): not on the device
 
 
 @contextlib.contextmanager
@@ -83,6 +84,8 @@ class Tracker(TorchDispatchMode):
         self.weight_keys: set[int] = set()
         self.ignored: set[int] = set()  # storages that live off the device (not counted)
         self._refs: dict[int, weakref.ref] = {}
+        self.host_live = self.host_peak = 0  # storages made under label(OFFLOADED)
+        self._host_keys: set[int] = set()
 
     # ----- recording ----------------------------------------------------------------------
     def add(self, tensor: torch.Tensor, phase: str | None = None, label_: str | None = None,
@@ -101,6 +104,9 @@ class Tracker(TorchDispatchMode):
         nbytes = storage.nbytes()
         if nbytes == 0:
             return
+        if (label_ or (_LABELS[-1] if _LABELS else None)) == OFFLOADED:
+            self._add_host(storage, nbytes)
+            return
         record = Record(nbytes=nbytes, born=len(self.events), phase=phase or self.phase,
                         shape=tuple(tensor.shape),
                         label=label_ or (_LABELS[-1] if _LABELS else None),
@@ -109,6 +115,22 @@ class Tracker(TorchDispatchMode):
         self.records.append(record)
         self.events.append((nbytes, self._phase_index()))
         self._refs[id(record)] = weakref.ref(storage, lambda _ref, r=record: self._free(r))
+
+    def _add_host(self, storage: torch.UntypedStorage, nbytes: int) -> None:
+        """A host (CPU RAM) copy of a saved activation: counted apart from the device."""
+        key = storage._cdata
+        if key in self._host_keys:
+            return
+        self._host_keys.add(key)
+        self.host_live += nbytes
+        self.host_peak = max(self.host_peak, self.host_live)
+        ref = weakref.ref(storage, lambda r: self._free_host(r, key, nbytes))
+        self._refs[id(ref)] = ref
+
+    def _free_host(self, ref: weakref.ref, key: int, nbytes: int) -> None:
+        self.host_live -= nbytes
+        self._host_keys.discard(key)
+        self._refs.pop(id(ref), None)
 
     def _resized(self, storage: torch.UntypedStorage) -> None:
         """A storage resized in place (FSDP frees and re-allocates parameters this way):
@@ -239,6 +261,38 @@ class Tracker(TorchDispatchMode):
 
 
 _COPY_OPS = {torch.ops.aten._to_copy.default}
+
+
+@contextlib.contextmanager
+def offloaded_activations(active: bool, simulate: bool) -> Iterator[None]:
+    """Activation offloading as ``torch.autograd.graph.save_on_cpu`` does it: every tensor
+    saved for backward is copied to host memory in forward and copied back when backward
+    needs it. On a GPU (``simulate=False``) that is save_on_cpu(pin_memory=True) itself. On
+    CPU the device and the host are one memory, where save_on_cpu copies nothing: the same
+    two hooks then make the copies explicitly, and the host copies are labelled OFFLOADED so
+    that the tracker keeps them off the device's figures."""
+    if not active:
+        yield
+        return
+    if not simulate:
+        with torch.autograd.graph.save_on_cpu(pin_memory=True):
+            yield
+        return
+
+    def pack(tensor: torch.Tensor) -> tuple[torch.device, torch.Tensor]:
+        with label(OFFLOADED):
+            host = torch.empty_like(tensor)
+            host.copy_(tensor)
+        return tensor.device, host
+
+    def unpack(packed: tuple[torch.device, torch.Tensor]) -> torch.Tensor:
+        _, host = packed
+        device = torch.empty_like(host)
+        device.copy_(host)
+        return device
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        yield
 
 
 @contextlib.contextmanager

@@ -89,6 +89,17 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--zero-stage", type=int, default=0, help="ZeRO stage 0-3 (default: 0)")
     parser.add_argument("--offload-optimizer", action="store_true",
                         help="optimizer states in CPU RAM (needs --zero-stage 1-3)")
+    parser.add_argument("--activation-offload", action="store_true",
+                        help="copy what is saved for backward to CPU RAM (torch's save_on_cpu, "
+                             "TRL's activation_offloading); needs --gradient-checkpointing")
+    parser.add_argument("--optimizer-in-backward", action="store_true",
+                        help="step each parameter as its gradient is made and free it (torchtune's "
+                             "optimizer_in_bwd); needs --gradient-accumulation 1 and one GPU")
+    parser.add_argument("--loss", default="standard",
+                        help="standard (the full logits in fp32, default) or chunked (torchtune's "
+                             "CEWithChunkedOutputLoss)")
+    parser.add_argument("--loss-chunks", type=int, default=8, metavar="N",
+                        help="chunks of the chunked loss (default: 8, as torchtune)")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     parser.add_argument("--gpu", help="say whether it fits on this GPU (e.g. t4, 'A100 80GB')")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -124,7 +135,10 @@ def run_vram(args: argparse.Namespace) -> int:
         attention=args.attention, offload_optimizer=args.offload_optimizer,
         double_quant=not args.no_double_quant, lora_dtype=args.lora_dtype,
         gradient_accumulation=args.gradient_accumulation, device=args.device,
-        lora_dropout=args.lora_dropout, bitsandbytes=args.bitsandbytes)
+        lora_dropout=args.lora_dropout, bitsandbytes=args.bitsandbytes,
+        activation_offload=args.activation_offload,
+        optimizer_in_backward=args.optimizer_in_backward, loss=args.loss,
+        loss_chunks=args.loss_chunks)
     report = estimate(args.model, **settings)
     fits = None if gpu is None else report.fits(gpu.usable_bytes)
     fixes = [] if gpu is None or fits else vram_fixes(args.model, settings, gpu.usable_bytes,

@@ -339,7 +339,15 @@ def fix_candidates(settings: dict, native_bf16: bool = True,
             change = {"batch_size": b, "gradient_accumulation": accum * -(-batch // b)}
             smaller.append(change | (ckpt if with_ckpt else {}))
             b //= 2
-    groups: list[list[dict]] = [[ckpt], smaller]
+    # activation offloading (with checkpointing, as modelled) costs host transfers, not results
+    offload = ckpt | {"activation_offload": True}
+    groups: list[list[dict]] = [[ckpt, offload], smaller]
+    if settings.get("loss", "standard") == "standard":  # no full fp32 logits; same results
+        chunked = {"loss": "chunked"}
+        groups.insert(1, [chunked, chunked | ckpt])
+    if accum == 1 and settings["n_gpus"] == 1:  # the step in backward: one gradient at a time
+        in_backward = {"optimizer_in_backward": True}
+        groups.insert(1, [in_backward, in_backward | ckpt])
     usual = usual_precision(settings["method"], native_bf16)
     if settings["precision"] not in (usual, "fp16-mixed" if usual == "bf16-mixed" else usual):
         groups.insert(1, [{"precision": usual}, {"precision": usual} | ckpt])

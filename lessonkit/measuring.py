@@ -50,7 +50,9 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
             zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
             double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
             device: str = "cpu", lora_dropout: float = 0.0,
-            bitsandbytes: str = "current") -> MemoryReport:
+            bitsandbytes: str = "current", activation_offload: bool = False,
+            optimizer_in_backward: bool = False, loss: str = "standard",
+            loss_chunks: int = 8) -> MemoryReport:
     """Measure the peak memory per GPU of one training step of ``model`` (see the module doc).
 
     Takes the same keyword arguments as ``estimate``; ``device="cpu"`` measures under
@@ -64,7 +66,10 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
                         attention=attention, offload_optimizer=offload_optimizer,
                         double_quant=double_quant, lora_dtype=lora_dtype,
                         gradient_accumulation=gradient_accumulation, device=device,
-                        lora_dropout=lora_dropout, bitsandbytes=bitsandbytes)
+                        lora_dropout=lora_dropout, bitsandbytes=bitsandbytes,
+                        activation_offload=activation_offload,
+                        optimizer_in_backward=optimizer_in_backward, loss=loss,
+                        loss_chunks=loss_chunks)
     _require_torch()
     if settings.device == "cuda":
         return measure_cuda(spec, settings)
@@ -204,7 +209,8 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ._memtrack import Tracker, fsdp_buffers_are_temporaries, storage_keys, tensor_bytes
+    from ._memtrack import (Tracker, fsdp_buffers_are_temporaries, offloaded_activations,
+                            storage_keys, tensor_bytes)
     from ._bnb import prepare_fake_bitsandbytes, quant_state_tensors
     from ._standins import (Parallel, fake_process_group, legacy_bnb_saves_input,
                             make_optimizer, off_device_tensors, quantize_linears, state_tensors)
@@ -235,23 +241,30 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
         finish_model(model, spec, settings)
         model = parallel.prepare(model)
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = make_optimizer(parallel.optimizer_params(params), settings.optimizer,
-                                   settings.precision, on_gpu=device == "cuda")
-        for group in optimizer.param_groups:  # warm-up: a step on zero gradients makes the states
-            for p in group["params"]:
-                p.grad = torch.zeros_like(p)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        # the optimizer step in backward: one optimizer per parameter (see step_in_backward)
+        optimizers = [make_optimizer(group, settings.optimizer, settings.precision,
+                                     on_gpu=device == "cuda")
+                      for group in ([[p] for p in params] if settings.optimizer_in_backward
+                                    else [parallel.optimizer_params(params)])]
+        for optimizer in optimizers:  # warm-up: a step on zero gradients makes the states
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    p.grad = torch.zeros_like(p)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
 
         ids = torch.randint(0, spec.vocab_size, (settings.batch_size, settings.seq_len),
                             device=device)
         weights = list(model.parameters()) + list(model.buffers()) + quant_state_tensors(model)
         tracker = Tracker()
-        tracker.ignored = storage_keys(off_device_tensors(optimizer))
+        tracker.ignored = storage_keys([t for o in optimizers for t in off_device_tensors(o)])
         for t in weights:
             tracker.add(t)
         tracker.weight_keys = set(tracker.live)
-        states = [] if settings.offload_optimizer else state_tensors(optimizer)
+        states = [] if settings.offload_optimizer else [
+            t for o in optimizers for t in state_tensors(o)]
+        if settings.optimizer_in_backward:
+            stack.enter_context(step_in_backward(dict(zip(params, optimizers)), tracker))
         for t in states + parallel.gradient_tensors():
             tracker.add(t)
         tracker.add(ids, phase="forward")
@@ -262,11 +275,16 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
         if device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+        stack.enter_context(offloaded_activations(settings.activation_offload,
+                                                  simulate=device != "cuda"))
         with tracker:
             for _ in range(settings.gradient_accumulation):
                 tracker.set_phase("forward")
                 with torch.autocast(device, dtype=compute_dtype, enabled=autocast):
-                    loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+                    if settings.loss == "chunked":
+                        loss = chunked_loss(model, ids, settings.loss_chunks)
+                    else:
+                        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
                 if settings.gradient_accumulation > 1:
                     loss = loss / settings.gradient_accumulation
                 tracker.set_phase("backward")
@@ -274,11 +292,11 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
                 del loss
             tracker.set_phase("optimizer")
             parallel.before_step()
-            if not settings.offload_optimizer:
-                optimizer.step()
+            if not (settings.offload_optimizer or settings.optimizer_in_backward):
+                optimizers[0].step()
             tracker.set_phase("end")
         if settings.offload_optimizer:  # the step runs on the CPU copy: nothing on the GPU
-            optimizer.step()
+            optimizers[0].step()
         if device == "cuda":
             torch.cuda.synchronize()
 
@@ -299,6 +317,8 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
             "optimizer_bytes": tensor_bytes(states),
             "cpu_only": fake and cpu_kernels_differ(spec, settings),
         }
+        if settings.activation_offload:
+            measured["offloaded_peak_bytes"] = tracker.host_peak
     phase_peaks = {}
     for phase, level in occurrences:
         if phase in PHASES:
@@ -316,6 +336,55 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
     return report, tracker
 
 
+
+
+def chunked_loss(model: Any, ids: Any, chunks: int) -> Any:
+    """torchtune's chunked cross-entropy (CEWithChunkedOutputLoss with its recipes' model
+    output): lm_head applied to each of ``chunks`` pieces of the sequence, and each piece's
+    logits upcast to fp32 and reduced by cross-entropy in turn; the same lines as
+    torchtune/modules/loss/ce_chunked_output_loss.py, with the labels shifted as its recipes
+    do (the last position ignored)."""
+    import torch
+    import torch.nn.functional as F
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = base.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
+    head = base.get_output_embeddings()
+    logits = [head(piece) for piece in hidden.tensor_split(chunks, dim=1)]
+    del hidden
+    labels = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)
+    total = (labels != -100).sum()
+    pieces = [piece.reshape(-1) for piece in labels.tensor_split(chunks, dim=1)]
+    loss = 0.0
+    for logit, label in zip(logits, pieces):
+        logit = logit.reshape(-1, logit.size(-1))
+        loss = loss + F.cross_entropy(logit.float(), label, ignore_index=-100, reduction="sum")
+    del logits
+    return loss / total
+
+
+@contextlib.contextmanager
+def step_in_backward(optimizers: dict, tracker: Any) -> Iterator[None]:
+    """The optimizer step fused into backward, as PyTorch's tutorial and torchtune's
+    optimizer_in_bwd do it: a hook after each parameter's gradient is accumulated steps that
+    parameter's own optimizer and frees the gradient. The gradient is filed under gradients,
+    the step's own allocations under temporaries."""
+    from ._memtrack import label
+
+    def hook(param: Any) -> None:
+        record = tracker.live.get(param.grad.untyped_storage()._cdata)
+        if record is not None:
+            record.label = "gradients"
+        with label("temporaries"):
+            optimizers[param].step()
+        optimizers[param].zero_grad(set_to_none=True)
+
+    handles = [p.register_post_accumulate_grad_hook(hook) for p in optimizers]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def cpu_kernels_differ(spec: ModelSpec, settings: RunSettings) -> bool:
@@ -455,6 +524,20 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
                      "; dequantized to the compute dtype in forward and again in backward.")
     if s.gradient_checkpointing:
         notes.append("Gradient checkpointing (use_reentrant=False) on every decoder layer.")
+    if s.activation_offload:
+        notes.append(
+            "Activation offloading: torch.autograd.graph.save_on_cpu's two hooks around forward "
+            "and backward; every tensor saved for backward is copied to host memory and back "
+            + ("(save_on_cpu(pin_memory=True) itself" if s.device == "cuda" else
+               "(on CPU the copies are made explicitly, since there save_on_cpu copies nothing; "
+               "host copies are left out of the figures")
+            + f"; host memory at its highest {measured['offloaded_peak_bytes'] / 2**30:.3f} GiB).")
+    if s.loss == "chunked":
+        notes.append(f"Chunked cross-entropy in {s.loss_chunks} chunks: the code of torchtune's "
+                     "CEWithChunkedOutputLoss (lm_head and the fp32 upcast chunk by chunk).")
+    if s.optimizer_in_backward:
+        notes.append("Optimizer step in backward: one optimizer per parameter, stepped by its "
+                     "register_post_accumulate_grad_hook, which then frees the gradient.")
     if s.gradient_accumulation > 1:
         peaks = measured["micro_batch_forward_peaks"]
         notes.append(f"{s.gradient_accumulation} micro-batches; gradients stay allocated "

@@ -27,6 +27,10 @@ LORA_DTYPES = ("fp32", "bf16")
 # What a bitsandbytes 4-bit layer keeps for backward: "current" (0.43.2 and later, PR #1270:
 # only the packed weight) or "before-0.43.2" (the layer's input too, when it needs a gradient).
 BNB_BEHAVIOURS = ("current", "before-0.43.2")
+# the loss: transformers' (the full logits upcast to fp32) or torchtune's CEWithChunkedOutputLoss
+# (lm_head and the fp32 upcast one chunk of the sequence at a time)
+LOSSES = ("standard", "chunked")
+DEFAULT_LOSS_CHUNKS = 8  # torchtune CEWithChunkedOutputLoss(num_output_chunks=8)
 
 # Bytes per element of each dtype name used above.
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "uint8": 1}

@@ -12,8 +12,8 @@ from typing import Any
 
 from .errors import LessonkitError, choose, positive_int
 from .models import DEFAULT_LORA_TARGETS, ModelSpec
-from .options import (ATTENTION, BNB_BEHAVIOURS, LORA_DTYPES, METHODS, OPTIMIZERS, PRECISIONS,
-                      ZERO_STAGES)
+from .options import (ATTENTION, BNB_BEHAVIOURS, DEFAULT_LOSS_CHUNKS, LORA_DTYPES, LOSSES,
+                      METHODS, OPTIMIZERS, PRECISIONS, ZERO_STAGES)
 
 DEVICES = ("cuda", "cpu")
 MAX_BATCH = 4096
@@ -46,6 +46,10 @@ class RunSettings:
     device: str
     lora_dropout: float = 0.0
     bitsandbytes: str = "current"
+    activation_offload: bool = False
+    optimizer_in_backward: bool = False
+    loss: str = "standard"
+    loss_chunks: int = DEFAULT_LOSS_CHUNKS
 
     @property
     def mixed(self) -> bool:
@@ -129,6 +133,12 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
         device=choose(kw["device"], DEVICES, "device"),
         lora_dropout=_probability(kw.get("lora_dropout", 0.0), "lora_dropout"),
         bitsandbytes=choose(kw.get("bitsandbytes", "current"), BNB_BEHAVIOURS, "bitsandbytes"),
+        activation_offload=_flag(kw.get("activation_offload", False), "activation_offload"),
+        optimizer_in_backward=_flag(kw.get("optimizer_in_backward", False),
+                                    "optimizer_in_backward"),
+        loss=choose(kw.get("loss", "standard"), LOSSES, "loss"),
+        loss_chunks=positive_int(kw.get("loss_chunks", DEFAULT_LOSS_CHUNKS), "loss_chunks",
+                                 maximum=MAX_SEQ),
     )
     if s.method != "full":
         spec.lora_shapes(s.lora_targets)  # raises, naming the targets this model has
@@ -142,6 +152,36 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
     if s.offload_optimizer and s.zero_stage == 0:
         raise LessonkitError("offload_optimizer needs ZeRO (zero_stage 1, 2 or 3): plain data "
                              "parallelism keeps the optimizer states on the GPU.")
+    if s.loss == "standard" and s.loss_chunks != DEFAULT_LOSS_CHUNKS:
+        raise LessonkitError(f"loss_chunks={s.loss_chunks} applies to loss='chunked' only; "
+                             "the standard loss computes all the logits at once.")
+    if s.loss == "chunked" and s.loss_chunks > s.seq_len:
+        raise LessonkitError(f"loss_chunks must be at most seq_len ({s.seq_len}) so that every "
+                             f"chunk holds a token, got {s.loss_chunks}.")
+    if s.loss == "chunked" and s.activation_offload:
+        raise LessonkitError("loss='chunked' is not modelled together with activation_offload "
+                             "yet: use one of them, or loss='standard' with offloading.")
+    if s.optimizer_in_backward and s.gradient_accumulation > 1:
+        raise LessonkitError(
+            "optimizer_in_backward steps each parameter as soon as its gradient is ready, so "
+            "there is nothing to accumulate: it needs gradient_accumulation=1 (got "
+            f"{s.gradient_accumulation}), or set optimizer_in_backward=False.")
+    if s.optimizer_in_backward and (s.n_gpus > 1 or s.offload_optimizer):
+        raise LessonkitError("optimizer_in_backward is modelled on one GPU without optimizer "
+                             "offload: use n_gpus=1, or optimizer_in_backward=False.")
+    if s.activation_offload and s.method == "qlora" and s.bitsandbytes != "current":
+        raise LessonkitError("activation_offload is modelled with bitsandbytes='current' only "
+                             "(older releases kept each 4-bit layer's input outside autograd's "
+                             "saved tensors, where offloading does not reach it).")
+    if s.activation_offload and not s.gradient_checkpointing:
+        raise LessonkitError(
+            "activation_offload is modelled together with gradient_checkpointing=True (as "
+            "torchtune's recipes pair them): without checkpointing the working tensors inside "
+            "each layer decide the peak, which this calculator does not follow yet. Set "
+            "gradient_checkpointing=True, or activation_offload=False.")
+    if s.activation_offload and s.zero_stage == 3:
+        raise LessonkitError("activation_offload is modelled without ZeRO-3 only: use "
+                             "zero_stage 0, 1 or 2 with it, or turn it off under ZeRO-3.")
     if s.method == "qlora" and s.zero_stage == 3:
         raise LessonkitError("ZeRO-3 cannot shard 4-bit QLoRA weights in this calculator; use "
                              "zero_stage 0, 1 or 2 with QLoRA.")

@@ -38,6 +38,14 @@ NF4_BLOCK, NF4_NESTED_BLOCK = 64, 256
 
 
 @lru_cache(maxsize=1)
+def pcie_link() -> dict[str, Any]:
+    """PCIe 4.0 x16 from the bandwidth ladder (lessonkit/data/bandwidth.json): the host link
+    activation offloading crosses."""
+    text = resources.files("lessonkit").joinpath("data/bandwidth.json").read_text()
+    return next(link for link in json.loads(text)["links"] if link["name"] == "PCIe 4.0 x16")
+
+
+@lru_cache(maxsize=1)
 def cuda_constants() -> dict[str, Any]:
     """The CUDA context size and allocator margin (lessonkit/data/cuda_constants.json)."""
     text = resources.files("lessonkit").joinpath("data/cuda_constants.json").read_text()
@@ -70,7 +78,9 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
              zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
              double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
              device: str = "cuda", lora_dropout: float = 0.0,
-             bitsandbytes: str = "current") -> MemoryReport:
+             bitsandbytes: str = "current", activation_offload: bool = False,
+             optimizer_in_backward: bool = False, loss: str = "standard",
+             loss_chunks: int = 8) -> MemoryReport:
     """Estimate the peak GPU memory per GPU of one training step of ``model``.
 
     ``model`` is a preset name ("llama-2-7b"), a size ("7B", 7e9), a ModelSpec or a Hugging
@@ -84,7 +94,8 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
         lora_targets=lora_targets, n_gpus=n_gpus, zero_stage=zero_stage, attention=attention,
         offload_optimizer=offload_optimizer, double_quant=double_quant, lora_dtype=lora_dtype,
         gradient_accumulation=gradient_accumulation, device=device, lora_dropout=lora_dropout,
-        bitsandbytes=bitsandbytes)
+        bitsandbytes=bitsandbytes, activation_offload=activation_offload,
+        optimizer_in_backward=optimizer_in_backward, loss=loss, loss_chunks=loss_chunks)
     return _Step(spec, s).report()
 
 
@@ -161,6 +172,20 @@ class _Step:
                            if full and not spec.tie_embeddings else 0)
         if s.gradient_accumulation > 1:  # accumulated in place into the existing gradients
             self.layer_grads = self.first_layer_grad = self.head_grads = 0
+        # the optimizer step in backward: each gradient is stepped and freed as soon as it is
+        # made, one tensor at a time, with that tensor's own step temporaries
+        self.oib = s.optimizer_in_backward
+
+        def step_temps(shape: tuple[int, ...]) -> int:
+            return opt.step_temporaries(s.optimizer, [(math.prod(shape), shape, 1)],
+                                        grad_dtype, master)
+
+        self.oib_head = self.oib_head_temps = self.oib_mlp_temps = self.oib_embed_temps = 0
+        if self.oib:
+            self.oib_head, self.head_grads, self.layer_grads = self.head_grads, 0, 0
+            self.oib_head_temps = step_temps((spec.vocab_size, spec.hidden_size))
+            self.oib_mlp_temps = step_temps(mlp_out) if full else 0
+            self.oib_embed_temps = step_temps((spec.vocab_size, spec.hidden_size)) if full else 0
         # optimizer states: sharded from ZeRO-1
         shards = [(math.prod(local(sh, zero)), local(sh, zero), count) for sh, count in trainable]
         state = opt.state_bytes(s.optimizer, shards, grad_dtype, master)
@@ -253,6 +278,9 @@ class _Step:
         acts._linear(head, ctx, "lm_head", "final.out", p, True, h, v, False)
         self.head_saved = head.activations + 8 * t + self.embed_saved  # + the shifted labels
         self.head_copies = head.weight_copies
+        if s.loss == "chunked" and not full:
+            # autocast casts a frozen lm_head anew for each chunk, and each chunk saves its cast
+            self.head_copies *= s.loss_chunks
         self.logsoftmax = 4 * t * v
         self.inputs = 8 * t  # input_ids (the labels are the same tensor)
         copies = self.first_copies + (spec.n_layers - 1) * self.layer_copies
@@ -268,6 +296,19 @@ class _Step:
             self.fw_layers = (self.first_saved + (spec.n_layers - 1) * self.layer_saved
                               + self.rope)
             self.fw_copies = self.bw_copies = copies  # saved until each layer's backward
+        # activation offloading: whatever is saved for backward goes to host memory, and
+        # autocast's cached copies of trained weights are all that stays until the forward ends
+        # with LoRA and checkpointing the embeddings' output is made to require grad: a leaf,
+        # which its gradient's accumulator keeps on the device although it is offloaded
+        self.offload_kept = p * t * h if ckpt and not full else 0
+        # what goes to the host: every saved tensor outside the checkpointed layers (their
+        # inputs, the embedding's indices, the head's, the loss's two fp32 [tokens, vocab]
+        # tensors) and lm_head's weight as the matmul saves it
+        self.offloaded = (self.inputs + self.fw_layers + self.head_saved + 2 * self.logsoftmax
+                          + self.c * v * h if s.activation_offload else 0)
+        if s.activation_offload:
+            self.fw_copies, self.bw_copies = (copies if full else 0), 0
+            self.head_copies = self.head_copies if full else 0
 
     def phases(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
         spec, s, ctx = self.spec, self.s, self.ctx
@@ -275,24 +316,42 @@ class _Step:
         static = {"weights": self.weights, "optimizer": self.optimizer}
         grads_fw = self.gradients if s.gradient_accumulation > 1 else self.buckets
         logits_fw = c * t * v + (4 * t * v if c != 4 else 0) + self.logsoftmax
-        last_hidden = p * t * h
+        logits_bw = self.logsoftmax + 8 * t * v
+        if s.loss == "chunked":
+            # every chunk's logits and log-softmax stay, but only one chunk's fp32 copy and,
+            # in backward, one chunk's two fp32 gradients exist at a time (the largest chunk)
+            chunk = s.batch_size * -(-s.seq_len // s.loss_chunks) * v
+            logits_fw = c * t * v + (4 * chunk if c != 4 else 0) + self.logsoftmax
+            logits_bw = self.logsoftmax + 8 * chunk
+        # the residual before the final norm, still held by the model's forward at the loss
+        # (a chunked loss runs after the decoder has returned)
+        last_hidden = 0 if s.loss == "chunked" else p * t * h
+        # offloaded: only the labels the loss is working on stay of what is saved
+        saved = (8 * t + self.offload_kept if s.activation_offload
+                 else self.fw_layers + self.head_saved)
         fw = dict(static, gradients=grads_fw,
-                  activations=self.inputs + self.fw_layers + self.head_saved + last_hidden
+                  activations=self.inputs + saved + last_hidden
                   + 8 * s.batch_size * (s.seq_len + 1),
                   logits=logits_fw, temporaries=self.head_copies + self.fw_copies + self.gather)
         bw_start = dict(static, gradients=grads_fw,
-                        activations=self.inputs + self.fw_layers + self.head_saved,
-                        logits=self.logsoftmax + 8 * t * v,
-                        temporaries=self.head_copies + self.bw_copies + self.gather)
+                        activations=self.inputs + (self.offload_kept if s.activation_offload
+                                                   else saved),
+                        logits=logits_bw,
+                        temporaries=(0 if s.activation_offload else self.head_copies)
+                        + self.bw_copies + self.gather)
         bw_layers = self._layer_moments(static, grads_fw)
         # end: every gradient; tied embeddings add the embedding's gradient to lm_head's
         tied = 2 * p * v * h if ctx.full and spec.tie_embeddings else 0
-        bw_end = dict(static, gradients=self.gradients,
+        bw_end = dict(static, gradients=0 if self.oib else self.gradients,
                       activations=self.inputs + 2 * p * t * h + tied,
-                      temporaries=self.gather)
-        step = dict(static, gradients=self.gradients, activations=self.inputs,
-                    temporaries=self.step_temps)
+                      temporaries=self.gather + self.oib_embed_temps)
+        step = dict(static, gradients=0 if self.oib else self.gradients,
+                    activations=self.inputs, temporaries=0 if self.oib else self.step_temps)
         fws, bws = [fw], [bw_start, *bw_layers, bw_end]
+        if self.oib_head:  # lm_head's gradient, stepped as backward begins
+            bws.append(dict(bw_start, gradients=self.oib_head, logits=0,
+                            activations=bw_start["activations"] + p * t * h,
+                            temporaries=bw_start["temporaries"] + self.oib_head_temps))
         if self.fsdp:
             more_fw, bws = self._fsdp_moments(static, grads_fw)
             fws += more_fw
@@ -314,10 +373,12 @@ class _Step:
         t, h, p = self.ctx.tokens, spec.hidden_size, self.p
         layers, ckpt = spec.n_layers, s.gradient_checkpointing
         kept = p * t * h + self.bnb_kept if ckpt else self.layer_saved
-        kept_copies = 0 if ckpt else self.layer_copies
+        kept_copies = 0 if ckpt or s.activation_offload else self.layer_copies
         moments = []
         for k in sorted({0, layers - 1}) if ks is None else ks:  # k layers done
             below = self.inputs + self.embed_saved + self.fw_layers - k * kept
+            if s.activation_offload:  # only the layer at work is back on the device
+                below = self.inputs + self.offload_kept + kept
             if ks is not None:
                 moments.append(dict(static, gradients=grads_fw + self.head_grads
                                     + k * self.layer_grads, activations=below + p * t * h,
@@ -326,7 +387,8 @@ class _Step:
                 moments.append(dict(
                     static, gradients=grads_fw + self.head_grads + k * self.layer_grads
                     + self.first_layer_grad, activations=below + extra,
-                    temporaries=self.bw_copies - k * kept_copies + temps + self.gather))
+                    temporaries=self.bw_copies - k * kept_copies + temps + self.gather
+                    + self.oib_mlp_temps))
         return moments
 
     def _inside_layer(self, first: bool) -> list[tuple[int, int]]:
@@ -491,13 +553,42 @@ class _Step:
         if s.gradient_checkpointing:
             notes.append("Gradient checkpointing: each layer keeps only its input; one layer's "
                          "activations are recomputed at a time in backward.")
+        if s.optimizer_in_backward:
+            notes.append(
+                "Optimizer step in backward (torchtune's optimizer_in_bwd, PyTorch's "
+                "register_post_accumulate_grad_hook tutorial): each parameter has its own "
+                "optimizer, stepped as soon as its gradient is made, which is then freed: one "
+                "tensor's gradient and step temporaries at a time, none kept after backward. "
+                "It rules out gradient accumulation and clipping by the global gradient norm.")
+        if s.activation_offload:
+            link = pcie_link()
+            seconds = 2 * self.offloaded * s.gradient_accumulation / (link["bandwidth_gbs"] * 1e9)
+            notes.append(
+                "Activation offloading (torch.autograd.graph.save_on_cpu, TRL's "
+                "activation_offloading, torchtune's OffloadActivations) with checkpointing: "
+                "each layer's checkpointed input and the head's saved tensors live in CPU RAM "
+                f"(about {self.offloaded / GiB:.2f} GiB per micro-batch) and come back one "
+                "layer at a time in backward; autocast's copies of trained weights stay until "
+                "the forward ends. The cost is time: that much crosses PCIe twice per "
+                f"micro-batch, {seconds * 1e3:,.0f} ms per step at {link['name']}'s "
+                f"{link['bandwidth_gbs']:g} GB/s ({link['source']}), partly hidden behind "
+                "compute when the host memory is pinned.")
         if s.gradient_accumulation > 1:
             notes.append(f"{s.gradient_accumulation} micro-batches: activations are those of "
                          "one micro-batch, but gradients stay allocated between them.")
         logits = 4 * s.batch_size * s.seq_len * spec.vocab_size
-        notes.append(f"Logits: the loss upcasts the logits to fp32 and keeps the log-softmax "
-                     f"({logits / GiB:.2f} GiB for a vocabulary of {spec.vocab_size:,}); "
-                     "their gradients appear at the start of backward.")
+        if s.loss == "chunked":
+            notes.append(
+                f"Chunked cross-entropy in {s.loss_chunks} chunks (torchtune's "
+                "CEWithChunkedOutputLoss): lm_head runs on each chunk of the sequence and each "
+                "chunk's logits are upcast to fp32 in turn, so the full fp32 copy "
+                f"({logits / GiB:.2f} GiB for a vocabulary of {spec.vocab_size:,}) never exists; "
+                "the log-softmax of every chunk is still kept for backward.")
+        else:
+            notes.append(f"Logits: the loss upcasts the logits to fp32 and keeps the "
+                         f"log-softmax ({logits / GiB:.2f} GiB for a vocabulary of "
+                         f"{spec.vocab_size:,}); their gradients appear at the start of "
+                         "backward.")
         if s.n_gpus > 1 or s.zero_stage:
             kind = {0: "DDP: everything replicated, plus gradient buckets as large as the "
                        "gradients",
@@ -537,9 +628,11 @@ class _Step:
             breakdown["cuda_context"] = int(const["cuda_context_bytes"])
             breakdown["allocator_margin"] = int(tensors * (const["allocator_margin_ratio"] - 1))
         settings = self.s.as_dict()
-        settings["estimated"] = {
-            "weight_bytes": self.weights, "gradient_bytes": self.gradients,
+        settings["estimated"] = {  # with the step in backward no gradient is kept
+            "weight_bytes": self.weights, "gradient_bytes": 0 if self.oib else self.gradients,
             "optimizer_bytes": self.optimizer, "trainable_parameters": self.trainable_params}
+        if self.s.activation_offload:
+            settings["estimated"]["offloaded_bytes"] = self.offloaded
         return MemoryReport(model=self.spec, settings=settings, breakdown=breakdown,
                             peak_phase=phase, phase_peaks=peaks, assumptions=self.assumptions(),
                             source="estimate", timeline_source=self.timeline)

@@ -86,6 +86,62 @@ def test_lora_dropout_and_bitsandbytes_behaviour_reach_the_estimate(capsys) -> N
     assert any("before 0.43.2" in a for a in data["assumptions"])
 
 
+def test_activation_offload_reaches_the_estimate(capsys) -> None:
+    code, out, _ = run(capsys, "--model", "llama-3.1-8b", "--method", "lora",
+                       "--gradient-checkpointing", "--activation-offload", "--batch-size", "4",
+                       "--seq-len", "2048", "--json")
+    data = json.loads(out)
+    kw = dict(method="lora", precision="bf16", gradient_checkpointing=True, batch_size=4,
+              seq_len=2048)
+    expected = estimate("llama-3.1-8b", activation_offload=True, **kw)
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    assert data["settings"]["activation_offload"] is True
+    assert data["total_bytes"] < estimate("llama-3.1-8b", **kw).total_bytes
+    assert any("PCIe" in a and "ms per step" in a for a in data["assumptions"])
+
+
+def test_a_run_that_fits_only_with_offloading_is_told_so(capsys) -> None:
+    """Checkpointing alone is not enough; checkpointing with offloading is: the first fix."""
+    kw = dict(method="lora", precision="bf16", batch_size=4, seq_len=2048)
+    ckpt = estimate("llama-3.1-8b", gradient_checkpointing=True, **kw).total_bytes
+    offload = estimate("llama-3.1-8b", gradient_checkpointing=True, activation_offload=True,
+                       **kw).total_bytes
+    from lessonkit.fitting import fit_changes
+
+    settings = dict(kw, gradient_checkpointing=False, optimizer="adamw", lora_rank=16,
+                    lora_targets=None, n_gpus=1, zero_stage=0, gradient_accumulation=1)
+    found = fit_changes("llama-3.1-8b", settings, (ckpt + offload) / 2, limit=1)
+    assert found and found[0][0] == {"gradient_checkpointing": True, "activation_offload": True}
+    assert found[0][1].total_bytes == offload
+
+
+def test_optimizer_in_backward_reaches_the_estimate(capsys) -> None:
+    code, out, _ = run(capsys, "--model", "llama-2-7b", "--precision", "bf16",
+                       "--optimizer-in-backward", "--json")
+    data = json.loads(out)
+    expected = estimate("llama-2-7b", precision="bf16", optimizer_in_backward=True)
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    assert data["settings"]["optimizer_in_backward"] is True
+    assert data["settings"]["estimated"]["gradient_bytes"] == 0
+    # without it all 13.5 GB of bf16 gradients and the step's temporaries come on top
+    assert data["total_bytes"] < estimate("llama-2-7b", precision="bf16").total_bytes - 13e9
+
+
+def test_chunked_loss_reaches_the_estimate(capsys) -> None:
+    code, out, _ = run(capsys, "--model", "llama-3.1-8b", "--method", "qlora", "--batch-size",
+                       "4", "--seq-len", "2048", "--loss", "chunked", "--loss-chunks", "16",
+                       "--json")
+    data = json.loads(out)
+    kw = dict(method="qlora", precision="bf16", batch_size=4, seq_len=2048)
+    expected = estimate("llama-3.1-8b", loss="chunked", loss_chunks=16, **kw)
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    assert data["settings"]["loss"] == "chunked" and data["settings"]["loss_chunks"] == 16
+    # a 128k vocabulary: the full fp32 copy of the logits (4 GiB here) never exists
+    standard = estimate("llama-3.1-8b", **kw)
+    assert standard.breakdown["logits"] - data["breakdown"]["logits"] > 4 * GiB
+    assert any("CEWithChunkedOutputLoss" in a for a in data["assumptions"])
+
+
 def test_lora_targets_default_to_the_model_family(capsys) -> None:
     code, out, _ = run(capsys, "--model", "gpt2", "--method", "lora", "--json")
     data = json.loads(out)
@@ -184,6 +240,19 @@ BAD = [
     (["--model", "7B", "--attention", "flash3"], "Unknown attention"),
     (["--model", "7B", "--method", "lora", "--lora-dropout", "1.5"], "lora_dropout must be"),
     (["--model", "7B", "--method", "qlora", "--bitsandbytes", "0.41"], "bitsandbytes"),
+    (["--model", "7B", "--activation-offload"], "gradient_checkpointing=True"),
+    (["--model", "7B", "--optimizer-in-backward", "--gradient-accumulation", "4"],
+     "needs gradient_accumulation=1"),
+    (["--model", "7B", "--optimizer-in-backward", "--n-gpus", "2"], "n_gpus=1"),
+    (["--model", "7B", "--loss", "chunky"], "Unknown loss"),
+    (["--model", "7B", "--loss-chunks", "4"], "applies to loss='chunked' only"),
+    (["--model", "7B", "--loss", "chunked", "--loss-chunks", "0"], "loss_chunks"),
+    (["--model", "7B", "--loss", "chunked", "--seq-len", "4", "--loss-chunks", "8"],
+     "at most seq_len"),
+    (["--model", "7B", "--loss", "chunked", "--gradient-checkpointing", "--activation-offload"],
+     "not modelled together with activation_offload"),
+    (["--model", "7B", "--activation-offload", "--gradient-checkpointing", "--n-gpus", "2",
+      "--zero-stage", "3"], "zero_stage 0, 1 or 2"),
     (["--model", "0.1"], "at least 1M parameters, got 0.1"),
     (["--model", "7GB"], "Or a size in parameters: '7B'"),
     (["--model", "7"], "got 7. A size counts parameters: '7B'"),
