@@ -244,11 +244,9 @@ def test_an_exercise_notebook_opens_from_the_file_browser(page: object, server: 
 # ----- presenter mode -----------------------------------------------------------------------
 def test_voila_dashboard_explorer_moves_and_resets(browser: object, tmp_path: Path) -> None:
     """The documented presenter command's dashboard: served by Voilà, a slider moved, then Reset."""
-    import importlib.util
+    from script_loader import load_script
 
-    spec = importlib.util.spec_from_file_location("present", ROOT / "tools" / "present.py")
-    present = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(present)
+    present = load_script("tools/present.py")
     dashboard = present.write_dashboard(present.find_notebook("01"), tmp_path / "presenter")
     with lab.voila_server(dashboard, tmp_path) as url:
         page = browser.new_page(viewport=VIEWPORT)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -12,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from script_loader import load_script
 
 from lessonkit.exercises import key_points_found, question_ids
 
@@ -24,10 +24,7 @@ REPO_URL, REF = f"https://github.com/{PYPROJECT['repository']}", PYPROJECT["rele
 
 
 def load_generator():
-    spec = importlib.util.spec_from_file_location("generate_exercises", GENERATOR)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/generate_exercises.py")
 
 
 gen = load_generator()

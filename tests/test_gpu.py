@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpu_script import load_gpu_check
+from script_loader import load_gpu_check
 
 pytestmark = pytest.mark.gpu
 

@@ -41,11 +41,9 @@ def test_the_guide_is_in_step_with_the_exercise_data():
 
 
 def test_the_check_fails_when_the_data_moves(tmp_path, monkeypatch):
-    import importlib.util
+    from script_loader import load_script
 
-    spec = importlib.util.spec_from_file_location("instructor_guide", TOOL)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_script("tools/instructor_guide.py")
     text = GUIDE.read_text(encoding="utf-8")
     edited = text.replace("That is 4 bytes per parameter: fp32, not 16-bit.", "Something else.")
     assert edited != text and tool.render(edited) == text

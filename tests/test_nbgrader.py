@@ -92,13 +92,9 @@ def test_the_config_uses_the_generators_stubs():
 
 
 def _generator():
-    import importlib.util
+    from script_loader import load_script
 
-    spec = importlib.util.spec_from_file_location("generate_exercises",
-                                                  ROOT / "tools" / "generate_exercises.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/generate_exercises.py")
 
 
 def test_the_generator_refuses_what_nbgrader_refuses(tmp_path):

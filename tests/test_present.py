@@ -14,6 +14,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "present.py"
@@ -22,10 +23,7 @@ WITH_EXPLORERS = ("01", "02", "03", "04")
 
 
 def load_tool():
-    spec = importlib.util.spec_from_file_location("present", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/present.py")
 
 
 present = load_tool()
@@ -77,9 +75,7 @@ def test_mark_finds_a_notebook_out_of_step_and_is_idempotent(tmp_path):
 
 
 def test_strip_keeps_the_slide_metadata():
-    spec = importlib.util.spec_from_file_location("strip", ROOT / "tools" / "strip_notebooks.py")
-    strip = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(strip)
+    strip = load_script("tools/strip_notebooks.py")
     nb = nbformat.read(NOTEBOOKS[0], as_version=4)
     assert [c.metadata.get("slideshow") for c in strip.strip(nb).cells] == \
         [c.metadata.get("slideshow") for c in nb.cells]

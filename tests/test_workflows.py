@@ -99,12 +99,6 @@ def test_gpu_job_runs_the_tests_and_the_gpu_check_on_a_gpu_runner() -> None:
 
 
 def gpu_check_default_out() -> Path:
-    import importlib.util
-    import sys
+    from script_loader import load_gpu_check
 
-    module = sys.modules.get("gpu_check")
-    if module is None:
-        spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-        module = sys.modules["gpu_check"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module.parse_args([]).out.resolve()
+    return load_gpu_check().parse_args([]).out.resolve()

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,37 +71,46 @@ def lab_server(root: Path, home: Path, timeout: float = 90) -> Iterator[LabServe
                JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
                IPYTHONDIR=str(home / "ipython"))
     env.pop("MPLBACKEND", None)  # the kernel must keep its inline backend to show charts
-    log = (home / "jupyterlab.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.open_browser=False",
-         "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.news_url=", "--LabApp.extension_manager=readonly"]
-        + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root,
-    )
+    argv = ([sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.open_browser=False",
+             "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+             "--LabApp.news_url=", "--LabApp.extension_manager=readonly"]
+            + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []))
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited early; see {home / 'jupyterlab.log'}")
-            try:
-                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"JupyterLab did not answer in {timeout:.0f} s")
-                time.sleep(0.5)
+    with _serving("JupyterLab", argv, env, root, home / "jupyterlab.log",
+                  f"{url}/api/status?token={token}", timeout):
         yield LabServer(url, token, root)
-    finally:
-        proc.terminate()
+
+
+@contextlib.contextmanager
+def _serving(name: str, argv: list[str], env: dict[str, str], cwd: Path, log_path: Path,
+             status_url: str, timeout: float) -> Iterator[None]:
+    """Run a server process until the block ends, once ``status_url`` answers (any HTTP status
+    counts as an answer); its output goes to ``log_path``."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            deadline = time.monotonic() + timeout
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited early; see {log_path}")
+                try:
+                    with urllib.request.urlopen(status_url, timeout=2):
+                        break
+                except urllib.error.HTTPError:
+                    break  # it answers
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{name} did not answer in {timeout:.0f} s")
+                    time.sleep(0.5)
+            yield
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def copy_notebooks(src: Path, dest: Path, names: list[str]) -> None:
@@ -191,33 +201,9 @@ def voila_server(notebook: Path, home: Path, timeout: float = 90) -> Iterator[st
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"),
                JUPYTER_RUNTIME_DIR=str(home / "runtime"), IPYTHONDIR=str(home / "ipython"))
     env.pop("MPLBACKEND", None)
-    log = (home / "voila.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}",
-         "--Voila.ip=127.0.0.1"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=notebook.parent,
-    )
+    argv = [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}",
+            "--Voila.ip=127.0.0.1"]
     url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"Voila exited early; see {home / 'voila.log'}")
-            try:
-                with urllib.request.urlopen(f"{url}api/status", timeout=2):
-                    break
-            except urllib.error.HTTPError:
-                break  # it answers
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"Voila did not answer in {timeout:.0f} s")
-                time.sleep(0.5)
+    with _serving("Voila", argv, env, notebook.parent, home / "voila.log", f"{url}api/status",
+                  timeout):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
