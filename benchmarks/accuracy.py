@@ -261,7 +261,9 @@ def main() -> None:
           "torchtune's `optimizer_in_bwd`; `loss=\"chunked\"` with the lines of torchtune's "
           "`CEWithChunkedOutputLoss` (torchtune/modules/loss/ce_chunked_output_loss.py) and "
           "its recipes' chunked model output (torchtune itself is not installed: it needs "
-          "torchao).\n")
+          "torchao). `no_sync` (gradients reduced on the last micro-batch only, what the "
+          "Trainer does under FSDP) with FSDP2's own `set_requires_gradient_sync(False)` on "
+          "the simulated ranks.\n")
     stand_in_rows = sum(uses_stand_ins(kw) for _, kw in cases)
     print(f"- configurations: {len(rows)}")
     print(f"- ours: median |error| {statistics.median(errors):.2%}, "

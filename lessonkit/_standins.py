@@ -409,6 +409,32 @@ class Parallel:
             for p, shard in self.shards:
                 shard.grad = None if p.grad is None else p.grad.view(-1)[: shard.numel()]
 
+    def synchronize_gradients(self, model: nn.Module, synchronize: bool) -> None:
+        """no_sync: reduce the gradients (``synchronize``) or keep accumulating them unreduced
+        on each rank: FSDP2's ``set_requires_gradient_sync``; DDP and ZeRO-1 keep full
+        gradients either way, so only the reduction (not simulated) is skipped."""
+        if self.stage == 3:
+            model.set_requires_gradient_sync(synchronize)
+
+    def unsynced_gradients(self, model: nn.Module) -> list[torch.Tensor]:
+        """The gradients a rank holds unreduced between micro-batches under no_sync."""
+        if self.stage != 3:
+            return [p.grad for p in model.parameters() if p.grad is not None] + self.buckets
+        from torch.distributed.fsdp import FSDPModule
+
+        held = []
+        for module in model.modules():
+            if not isinstance(module, FSDPModule):
+                continue
+            group = module._get_fsdp_state()._fsdp_param_group
+            for fsdp_param in group.fsdp_params if group else []:
+                grad = fsdp_param.unsharded_accumulated_grad
+                if grad is None:
+                    grad = fsdp_param._unsharded_param.grad
+                if grad is not None:
+                    held.append(grad)
+        return held
+
     def gradient_tensors(self) -> list[torch.Tensor]:
         return self.buckets + [s.grad for _, s in self.shards if s.grad is not None]
 

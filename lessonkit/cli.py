@@ -95,6 +95,10 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer-in-backward", action="store_true",
                         help="step each parameter as its gradient is made and free it (torchtune's "
                              "optimizer_in_bwd); needs --gradient-accumulation 1 and one GPU")
+    parser.add_argument("--no-sync", action="store_true",
+                        help="with ZeRO-3 and --gradient-accumulation, reduce gradients only on "
+                             "the last micro-batch (FSDP's no_sync, the Trainer's default): "
+                             "each GPU keeps full, unsharded gradients")
     parser.add_argument("--loss", default="standard",
                         help="standard (the full logits in fp32, default) or chunked (torchtune's "
                              "CEWithChunkedOutputLoss)")
@@ -138,7 +142,7 @@ def run_vram(args: argparse.Namespace) -> int:
         lora_dropout=args.lora_dropout, bitsandbytes=args.bitsandbytes,
         activation_offload=args.activation_offload,
         optimizer_in_backward=args.optimizer_in_backward, loss=args.loss,
-        loss_chunks=args.loss_chunks)
+        loss_chunks=args.loss_chunks, no_sync=args.no_sync)
     report = estimate(args.model, **settings)
     fits = None if gpu is None else report.fits(gpu.usable_bytes)
     fixes = [] if gpu is None or fits else vram_fixes(args.model, settings, gpu.usable_bytes,
@@ -162,7 +166,8 @@ def run_vram(args: argparse.Namespace) -> int:
               + (f" ({have - need:.2f} GiB to spare)" if fits
                  else f" (short by {need - have:.2f} GiB)") + ".")
         for flags, fix in fixes:
-            print(f"  It fits with {flags}: {fix.total_bytes / GiB:.2f} GiB per GPU "
+            with_flags = flags if flags.startswith("without ") else f"with {flags}"
+            print(f"  It fits {with_flags}: {fix.total_bytes / GiB:.2f} GiB per GPU "
                   f"({(gpu.usable_bytes - fix.total_bytes) / GiB:.2f} GiB to spare).")
         if not fits and not fixes:
             print("  No single change tried here makes it fit (checkpointing, a smaller batch, "

@@ -345,6 +345,10 @@ def fix_candidates(settings: dict, native_bf16: bool = True,
     if settings.get("loss", "standard") == "standard":  # no full fp32 logits; same results
         chunked = {"loss": "chunked"}
         groups.insert(1, [chunked, chunked | ckpt])
+    if settings.get("no_sync") and settings.get("zero_stage") == 3:
+        # reduce every micro-batch: shards instead of full gradients; more traffic, same results
+        synced = {"no_sync": False}
+        groups.insert(0, [synced, synced | ckpt])
     if accum == 1 and settings["n_gpus"] == 1:  # the step in backward: one gradient at a time
         in_backward = {"optimizer_in_backward": True}
         groups.insert(1, [in_backward, in_backward | ckpt])
@@ -402,7 +406,8 @@ def change_flags(change: dict) -> str:
     words = []
     for name, value in change.items():
         flag = "--" + name.replace("_", "-")
-        words.append(flag if value is True else f"{flag} {value}")
+        words.append(flag if value is True else f"without {flag}" if value is False
+                     else f"{flag} {value}")
     return " ".join(words)
 
 

@@ -52,7 +52,7 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
             device: str = "cpu", lora_dropout: float = 0.0,
             bitsandbytes: str = "current", activation_offload: bool = False,
             optimizer_in_backward: bool = False, loss: str = "standard",
-            loss_chunks: int = 8) -> MemoryReport:
+            loss_chunks: int = 8, no_sync: bool = False) -> MemoryReport:
     """Measure the peak memory per GPU of one training step of ``model`` (see the module doc).
 
     Takes the same keyword arguments as ``estimate``; ``device="cpu"`` measures under
@@ -69,7 +69,7 @@ def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
                         lora_dropout=lora_dropout, bitsandbytes=bitsandbytes,
                         activation_offload=activation_offload,
                         optimizer_in_backward=optimizer_in_backward, loss=loss,
-                        loss_chunks=loss_chunks)
+                        loss_chunks=loss_chunks, no_sync=no_sync)
     _require_torch()
     if settings.device == "cuda":
         return measure_cuda(spec, settings)
@@ -277,8 +277,13 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
             torch.cuda.reset_peak_memory_stats()
         stack.enter_context(offloaded_activations(settings.activation_offload,
                                                   simulate=device != "cuda"))
+        unsynced: set[int] = set()  # storages of gradients kept unreduced (no_sync)
+        unsynced_bytes = 0
         with tracker:
-            for _ in range(settings.gradient_accumulation):
+            for micro_batch in range(settings.gradient_accumulation):
+                last = micro_batch == settings.gradient_accumulation - 1
+                if settings.no_sync:
+                    parallel.synchronize_gradients(model, last)
                 tracker.set_phase("forward")
                 with torch.autocast(device, dtype=compute_dtype, enabled=autocast):
                     if settings.loss == "chunked":
@@ -290,6 +295,11 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
                 tracker.set_phase("backward")
                 loss.backward()
                 del loss
+                if settings.no_sync and not last:
+                    kept = parallel.unsynced_gradients(model)
+                    unsynced |= storage_keys(kept)
+                    unsynced_bytes = tensor_bytes(kept)
+                    del kept
             tracker.set_phase("optimizer")
             parallel.before_step()
             if not (settings.offload_optimizer or settings.optimizer_in_backward):
@@ -301,7 +311,7 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
             torch.cuda.synchronize()
 
         grads = [p.grad for p in params if p.grad is not None] + parallel.gradient_tensors()
-        groups = {"weights": storage_keys(weights), "gradients": storage_keys(grads),
+        groups = {"weights": storage_keys(weights), "gradients": storage_keys(grads) | unsynced,
                   "optimizer": storage_keys(states)}
         occurrences, peak_event = tracker.peaks()
         breakdown = tracker.composition(peak_event, groups, spec.vocab_size)
@@ -313,7 +323,8 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
             "parameter_bytes": tensor_bytes(model.parameters()),
             "buffer_bytes": tensor_bytes(list(model.buffers()) + quant_state_tensors(model)),
             "trainable_parameters": sum(p.numel() for p in params),
-            "gradient_bytes": tensor_bytes(grads),
+            # with no_sync, the unreduced gradients held between micro-batches
+            "gradient_bytes": unsynced_bytes if settings.no_sync else tensor_bytes(grads),
             "optimizer_bytes": tensor_bytes(states),
             "cpu_only": fake and cpu_kernels_differ(spec, settings),
         }
@@ -491,6 +502,11 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
         notes.append(_PARALLEL_NOTES[min(s.zero_stage, 3)].format(n=s.n_gpus)
                      + (" The optimizer states and step live in CPU memory (offload)."
                         if s.offload_optimizer else ""))
+    if s.no_sync:
+        notes.append("no_sync: every micro-batch but the last runs without reducing gradients "
+                     + ("(FSDP2's set_requires_gradient_sync(False)); the unsharded gradients "
+                        "each GPU accumulates count as gradients."
+                        if s.zero_stage == 3 else "(nothing to simulate on one rank)."))
     if s.attention != "eager" and measured["attention_implementation"] == "eager":
         notes.append(f"transformers runs {spec.family} with eager attention only: measured "
                      f"with eager attention (the attention matrix is kept).")

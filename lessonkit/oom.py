@@ -209,6 +209,15 @@ _TRAINING_WORDS = {
                               "transformers 5)",
     "optimizer": 'optim="adamw_bnb_8bit" (bitsandbytes)',
     "offload_optimizer": 'DeepSpeed ZeRO-2 with "offload_optimizer": {"device": "cpu"}',
+    "activation_offload": "activation offloading: SFTConfig(activation_offloading=True) in TRL, "
+                          "enable_activation_offloading: True in torchtune",
+    "loss": "a chunked cross-entropy that never makes the full fp32 logits: torchtune's "
+            "CEWithChunkedOutputLoss, or use_liger_kernel=True (Liger's fused linear "
+            "cross-entropy)",
+    "optimizer_in_backward": "the optimizer step in backward: optimizer_in_bwd: True in "
+                             "torchtune (no gradient accumulation)",
+    "no_sync": "reduce the gradients on every micro-batch: TrainingArguments(accelerator_config="
+               "{'gradient_accumulation_kwargs': {'sync_each_batch': True}})",
 }
 
 
@@ -241,6 +250,12 @@ def _fix_from_change(change: dict, report: Any, budget: int) -> Fix:
                      "SFTConfig, or truncate)")
     elif "batch_size" in change:
         key = "smaller_micro_batch"
+    else:
+        for saver in ("no_sync", "optimizer_in_backward", "loss", "activation_offload"):
+            if saver in change:
+                key = saver
+                parts.append(_TRAINING_WORDS[saver])
+                break
     if "batch_size" in change:
         accum = change.get("gradient_accumulation")
         parts.append(f"per_device_train_batch_size={change['batch_size']}"
@@ -252,7 +267,11 @@ def _fix_from_change(change: dict, report: Any, budget: int) -> Fix:
               "smaller_micro_batch": "A smaller micro-batch with gradient accumulation",
               "8bit_optimizer": "An 8-bit optimizer", "precision": "Mixed precision",
               "shorter_sequence": "Shorter sequences", "lora": "LoRA", "qlora": "QLoRA",
-              "offload_optimizer": "Optimizer states in CPU RAM", "more_gpus": "More GPUs"}
+              "offload_optimizer": "Optimizer states in CPU RAM", "more_gpus": "More GPUs",
+              "activation_offload": "Activation offloading to CPU RAM",
+              "loss": "Chunked cross-entropy", "optimizer_in_backward":
+                  "The optimizer step in backward",
+              "no_sync": "Gradients reduced every micro-batch"}
     how = "; ".join(parts) + f" [lessonkit: {change_flags(change)}]"
     return Fix(key, titles[key], how, int(report.total_bytes),
                int(budget - report.total_bytes), dict(change), report)

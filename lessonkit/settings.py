@@ -50,6 +50,7 @@ class RunSettings:
     optimizer_in_backward: bool = False
     loss: str = "standard"
     loss_chunks: int = DEFAULT_LOSS_CHUNKS
+    no_sync: bool = False
 
     @property
     def mixed(self) -> bool:
@@ -139,6 +140,7 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
         loss=choose(kw.get("loss", "standard"), LOSSES, "loss"),
         loss_chunks=positive_int(kw.get("loss_chunks", DEFAULT_LOSS_CHUNKS), "loss_chunks",
                                  maximum=MAX_SEQ),
+        no_sync=_flag(kw.get("no_sync", False), "no_sync"),
     )
     if s.method != "full":
         spec.lora_shapes(s.lora_targets)  # raises, naming the targets this model has
@@ -182,6 +184,16 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
     if s.activation_offload and s.zero_stage == 3:
         raise LessonkitError("activation_offload is modelled without ZeRO-3 only: use "
                              "zero_stage 0, 1 or 2 with it, or turn it off under ZeRO-3.")
+    if s.no_sync and (s.n_gpus == 1 or s.gradient_accumulation == 1):
+        raise LessonkitError(
+            "no_sync skips the gradient reduction on every micro-batch but the last, so it needs "
+            f"several GPUs and gradient_accumulation > 1 (got n_gpus={s.n_gpus}, "
+            f"gradient_accumulation={s.gradient_accumulation}); or set no_sync=False.")
+    if s.no_sync and s.zero_stage == 2:
+        raise LessonkitError(
+            "no_sync does not go with ZeRO-2: DeepSpeed refuses it once gradients are "
+            "partitioned. Use zero_stage 3 (FSDP, which allows it), 0 or 1 with no_sync, or "
+            "no_sync=False.")
     if s.method == "qlora" and s.zero_stage == 3:
         raise LessonkitError("ZeRO-3 cannot shard 4-bit QLoRA weights in this calculator; use "
                              "zero_stage 0, 1 or 2 with QLoRA.")

@@ -190,6 +190,11 @@ class _Reader:
         if fsdp and fsdp not in ("", [], False):
             f["zero_stage"] = 3
             self.note("FSDP in TrainingArguments: ZeRO-3. Pass n_gpus= for the number of GPUs.")
+            # Accelerate's sync_each_batch (default False): the Trainer then reduces only on
+            # the last micro-batch, and FSDP keeps full gradients until then
+            kwargs = _get(_get(args, "accelerator_config"), "gradient_accumulation_kwargs")
+            f["fsdp_no_sync"] = not (isinstance(kwargs, Mapping)
+                                     and kwargs.get("sync_each_batch") is True)
         self._deepspeed(_get(args, "deepspeed"))
         self.note(f"Batch, accumulation, checkpointing, precision flags and optimizer from "
                   f"{type(args).__name__}.")
@@ -292,6 +297,16 @@ def describe_run(*objects: Any, model: Any = None, **settings: Any) -> RunDescri
     derived = reader.settings()
     derived.update(reader.facts.get("explicit", {}))
     derived.update(settings)
+    if (reader.facts.get("fsdp_no_sync") and derived.get("zero_stage") == 3
+            and (derived.get("gradient_accumulation") or 1) > 1 and "no_sync" not in settings):
+        if (derived.get("n_gpus") or 1) > 1:
+            derived["no_sync"] = True
+            reader.note("FSDP with gradient accumulation: the Trainer reduces gradients on the "
+                        "last micro-batch only (Accelerate's sync_each_batch=False), so each "
+                        "GPU keeps full, unsharded gradients (no_sync=True).")
+        else:
+            reader.note("With several GPUs (n_gpus=) this FSDP run keeps full gradients "
+                        "between micro-batches (the Trainer's no_sync).")
     if "seq_len" not in derived and reader.facts.get("args"):
         reader.note("No sequence length in the objects (TrainingArguments has none): pass "
                     "seq_len= (the longest batch your data makes); estimate()'s default is "

@@ -80,7 +80,7 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
              device: str = "cuda", lora_dropout: float = 0.0,
              bitsandbytes: str = "current", activation_offload: bool = False,
              optimizer_in_backward: bool = False, loss: str = "standard",
-             loss_chunks: int = 8) -> MemoryReport:
+             loss_chunks: int = 8, no_sync: bool = False) -> MemoryReport:
     """Estimate the peak GPU memory per GPU of one training step of ``model``.
 
     ``model`` is a preset name ("llama-2-7b"), a size ("7B", 7e9), a ModelSpec or a Hugging
@@ -95,7 +95,8 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
         offload_optimizer=offload_optimizer, double_quant=double_quant, lora_dtype=lora_dtype,
         gradient_accumulation=gradient_accumulation, device=device, lora_dropout=lora_dropout,
         bitsandbytes=bitsandbytes, activation_offload=activation_offload,
-        optimizer_in_backward=optimizer_in_backward, loss=loss, loss_chunks=loss_chunks)
+        optimizer_in_backward=optimizer_in_backward, loss=loss, loss_chunks=loss_chunks,
+        no_sync=no_sync)
     return _Step(spec, s).report()
 
 
@@ -160,6 +161,14 @@ class _Step:
                              for sh, count in trainable)
         self.buckets = grads_full if n > 1 and zero == 0 else 0  # allocated up front
         self.gradients += self.buckets
+        self.gradients_full_layer = sum(grad_dtype * math.prod(sh)
+                                        for sh, _, trained in layer_params if trained)
+        self.step_gradients = self.gradients  # what the optimizer step finds
+        if s.no_sync and zero == 3:
+            # FSDP without a reduction until the last micro-batch: each rank accumulates the
+            # full, unsharded gradients (in the reduce dtype: fp32 under mixed precision);
+            # the last micro-batch reduces them to shards before the step
+            self.gradients = grads_full
         # one decoder layer's gradients, as they appear during its backward (with several
         # micro-batches they exist already), and the first of them: the MLP's output weight
         mlp_out = (spec.intermediate_size, spec.hidden_size)
@@ -345,7 +354,7 @@ class _Step:
         bw_end = dict(static, gradients=0 if self.oib else self.gradients,
                       activations=self.inputs + 2 * p * t * h + tied,
                       temporaries=self.gather + self.oib_embed_temps)
-        step = dict(static, gradients=0 if self.oib else self.gradients,
+        step = dict(static, gradients=0 if self.oib else self.step_gradients,
                     activations=self.inputs, temporaries=0 if self.oib else self.step_temps)
         fws, bws = [fw], [bw_start, *bw_layers, bw_end]
         if self.oib_head:  # lm_head's gradient, stepped as backward begins
@@ -439,11 +448,18 @@ class _Step:
         # lm_head's unsharded gradient, held until the root's reduction at the end
         head = (self.c if self.sharded_mixed else self.wp) * spec.vocab_size * h if full else 0
         moments = []
-        for k in sorted({0, 1, layers - 2, layers - 1} & set(range(layers))):
-            held = f["layer_rs"] if k else 0
+        # no_sync: the micro-batches before the last reduce nothing (no reduce-scatter
+        # buffers); in the last, each finished layer's unsharded gradients give way to shards
+        passes = [False, True] if s.no_sync else [True]
+        unsharded_layer = self.gradients_full_layer - f["layer_shard"] if s.no_sync else 0
+        for k, reducing in [(k, r) for r in passes
+                            for k in sorted({0, 1, layers - 2, layers - 1} & set(range(layers)))]:
+            held = f["layer_rs"] if k and reducing else 0
             gone, gone_copies = freed(k + 1)
             # with several micro-batches every shard exists already and is added to in place
             shards = 0 if accumulating else k * f["layer_shard"]
+            if s.no_sync and reducing:
+                shards = -k * unsharded_layer
             end = dict(static, gradients=grads_fw + shards,
                        activations=self.inputs + max(self.rope, self.fw_layers - gone)
                        + 2 * p * t * h,
@@ -451,7 +467,7 @@ class _Step:
                        + f["root_params"] + f["layer_params"] + f["layer_grads"] + held
                        + (f["layer_flat"] if k < layers - 1 else 0))
             reduce = dict(end, temporaries=end["temporaries"] - f["layer_params"] - held
-                          + f["layer_rs"])
+                          + (f["layer_rs"] if reducing else 0))
             # its start: its activations still saved, its own gathered buffer not yet freed
             start = dict(end, activations=end["activations"] + kept(layers - 1 - k),
                          temporaries=end["temporaries"] - f["layer_grads"]
@@ -468,6 +484,12 @@ class _Step:
                     temporaries=f["layer_rs"] + f["root_params"] + f["root_grads"])
         root_reduce = dict(static, gradients=layer_grads, activations=self.inputs,
                            temporaries=f["root_grads"] + f["root_rs"])
+        if s.no_sync:  # the last micro-batch's root: every layer reduced to its shard by then
+            done = layers * unsharded_layer
+            root = dict(root, gradients=layer_grads - done)
+            root_reduce = dict(root_reduce, gradients=layer_grads - done)
+            moments.append(dict(root, temporaries=f["root_params"] + f["root_grads"],
+                                gradients=layer_grads))
         return [fw_end, fw_gather], moments + [root, root_reduce]
 
     def assumptions(self) -> list[str]:
@@ -605,6 +627,14 @@ class _Step:
                        "gradient shards exist from the first and are added to in place"
                     }[s.zero_stage]
             notes.append(f"{s.n_gpus} GPUs, {kind}; figures are per GPU.")
+        if s.no_sync:
+            notes.append(
+                "no_sync: gradients are reduced on the last micro-batch only (FSDP2's "
+                "set_requires_gradient_sync(False), what the Trainer does under FSDP), so "
+                + ("each GPU accumulates full, unsharded gradients "
+                   f"({self.gradients / GiB:.2f} GiB) in place of its shard."
+                   if s.zero_stage == 3 else
+                   "only the communication is skipped: the gradients are full-size anyway."))
         if s.offload_optimizer:
             notes.append("Optimizer states offloaded to CPU RAM: 0 on the GPU (the CPU needs "
                          f"{self.offload_bytes / GiB:.1f} GiB for them and the step).")

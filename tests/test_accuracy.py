@@ -205,6 +205,19 @@ GRID = [
     ("gpt2", dict(batch_size=4, seq_len=256, loss="chunked")),
     ("llama", dict(batch_size=4, seq_len=256, loss="chunked", optimizer_in_backward=True)),
     ("llama", dict(batch_size=4, seq_len=256, loss="chunked", gradient_accumulation=2)),
+    # FSDP with no_sync (the Trainer's way under FSDP): full, unsharded gradients accumulated
+    # on each GPU until the last micro-batch reduces them
+    ("wide", dict(batch_size=2, seq_len=256, n_gpus=2, zero_stage=3, gradient_accumulation=2,
+                  no_sync=True)),
+    ("wide", dict(batch_size=2, seq_len=256, n_gpus=2, zero_stage=3, gradient_accumulation=2,
+                  precision="bf16", no_sync=True)),
+    ("wide", dict(batch_size=2, seq_len=256, n_gpus=4, zero_stage=3, gradient_accumulation=3,
+                  method="lora", no_sync=True)),
+    ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=3, gradient_accumulation=2,
+                   no_sync=True)),
+    ("wide", dict(batch_size=1, seq_len=128, n_gpus=4, zero_stage=3, gradient_accumulation=2,
+                  gradient_checkpointing=True, no_sync=True)),
+    ("llama", dict(batch_size=2, seq_len=128, n_gpus=2, gradient_accumulation=2, no_sync=True)),
 ]
 
 
@@ -271,6 +284,11 @@ def test_grid_covers_what_it_claims() -> None:
     assert {kw.get("method", "full") for _, kw in chunked} == set(METHODS)
     assert {family for family, _ in chunked} >= {"llama", "qwen2", "gpt2"}
     assert len({kw.get("loss_chunks", 8) for _, kw in chunked}) >= 3
+    no_sync = [kw for _, kw in GRID if kw.get("no_sync")]
+    assert {kw.get("zero_stage", 0) for kw in no_sync} == {0, 3}
+    assert {kw.get("method", "full") for kw in no_sync} >= {"full", "lora"}
+    assert {kw.get("precision", "bf16-mixed") for kw in no_sync} >= {"bf16-mixed", "bf16"}
+    assert any(kw.get("gradient_checkpointing") for kw in no_sync)
 
 
 @pytest.mark.parametrize("case", GRID, ids=_id)

@@ -290,3 +290,33 @@ def test_python_dash_m_bad_input() -> None:
     bad = _subprocess("--model", "llama-2-7b", "--seq-len", "100000000")
     assert bad.returncode == 2
     assert "seq_len" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_no_sync_reaches_the_estimate_and_its_fix(capsys) -> None:
+    args = ("--model", "llama-2-7b", "--n-gpus", "8", "--zero-stage", "3",
+            "--gradient-accumulation", "4", "--gradient-checkpointing")
+    code, out, _ = run(capsys, *args, "--no-sync", "--json")
+    data = json.loads(out)
+    kw = dict(n_gpus=8, zero_stage=3, gradient_accumulation=4, gradient_checkpointing=True)
+    expected = estimate("llama-2-7b", no_sync=True, **kw)
+    synced = estimate("llama-2-7b", **kw)
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    assert data["settings"]["no_sync"] is True
+    # 6.7B fp32 gradients in full on every GPU instead of an eighth of them each
+    grads = data["settings"]["estimated"]["gradient_bytes"]
+    assert grads == 8 * synced.settings["estimated"]["gradient_bytes"] > 26e9
+    assert any("no_sync" in a and "unsharded" in a for a in data["assumptions"])
+    # on a GPU where only the synced run fits, the first fix is to drop --no-sync
+    from lessonkit.gpus import get_gpu
+
+    code, out, _ = run(capsys, *args, "--no-sync", "--gpu", "L4")
+    assert synced.total_bytes < get_gpu("L4").usable_bytes < expected.total_bytes
+    assert "without --no-sync" in out
+
+
+def test_no_sync_needs_several_gpus_and_accumulation(capsys) -> None:
+    code, _, err = run(capsys, "--model", "llama-2-7b", "--no-sync")
+    assert code == 2 and "no_sync" in err and "gradient_accumulation" in err
+    code, _, err = run(capsys, "--model", "llama-2-7b", "--n-gpus", "4", "--zero-stage", "2",
+                       "--gradient-accumulation", "2", "--no-sync")
+    assert code == 2 and "ZeRO-2" in err and "Traceback" not in err

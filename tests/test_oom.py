@@ -432,3 +432,47 @@ def test_a_real_cuda_out_of_memory_error_is_read():
     assert abs(message.tried_bytes - 2 * total) <= 0.006 * GiB  # printed to 0.01 GiB
     d = oom_doctor(raised.value, model="7B", batch_size=1, seq_len=512)
     assert d.recognized and d.budget_bytes <= total
+
+
+@pytest.mark.parametrize("change, key, words", [
+    ({"loss": "chunked"}, "loss", "CEWithChunkedOutputLoss"),
+    ({"optimizer_in_backward": True}, "optimizer_in_backward", "optimizer_in_bwd"),
+    ({"gradient_checkpointing": True, "activation_offload": True}, "activation_offload",
+     "activation_offloading=True"),
+    ({"no_sync": False}, "no_sync", "sync_each_batch"),
+])
+def test_each_memory_saver_is_named_as_itself(change, key, words):
+    """A saver's fix says what it is and how to turn it on, not 'Gradient checkpointing'."""
+    from lessonkit.oom import _fix_from_change
+
+    fix = _fix_from_change(change, lessonkit.estimate("gpt2"), 10**11)
+    assert fix.key == key and words in fix.how and fix.title != "Gradient checkpointing"
+
+
+def test_the_trainer_settings_the_fixes_name_exist(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to=[], use_liger_kernel=False,
+        accelerator_config={"gradient_accumulation_kwargs": {"sync_each_batch": True}})
+    assert args.accelerator_config.gradient_accumulation_kwargs == {"sync_each_batch": True}
+
+
+@pytest.mark.parametrize("sync_each_batch", [None, True])
+def test_fsdp_trainer_arguments_keep_full_gradients_unless_synced_each_batch(sync_each_batch):
+    """Under FSDP with accumulation the Trainer reduces only on the last micro-batch
+    (Accelerate's sync_each_batch=False): read from TrainingArguments, that is no_sync=True."""
+    from transformers import TrainingArguments
+
+    from lessonkit.training_objects import describe_run
+
+    extra = {} if sync_each_batch is None else {"accelerator_config": {
+        "gradient_accumulation_kwargs": {"sync_each_batch": sync_each_batch}}}
+    args = TrainingArguments(output_dir="unused", per_device_train_batch_size=2,
+                             gradient_accumulation_steps=4, bf16=True, use_cpu=True,
+                             report_to=[], fsdp="full_shard", **extra)
+    run = describe_run(args, model="llama-2-7b", n_gpus=8)
+    assert run.settings["zero_stage"] == 3
+    assert run.settings.get("no_sync", False) is (sync_each_batch is None)
+    one_gpu = describe_run(args, model="llama-2-7b")
+    assert "no_sync" not in one_gpu.settings and any("n_gpus=" in n for n in one_gpu.notes)
+    lessonkit.estimate(run.model, **run.settings)  # a valid run either way

@@ -31,6 +31,29 @@ def test_trainer_defaults_are_what_training_arguments_does(tmp_path) -> None:
         "trainer", "TrainingArguments.gradient_accumulation_steps")
 
 
+def test_trainer_skips_the_reduction_before_the_last_micro_batch() -> None:
+    """Under FSDP with accumulation the Trainer keeps full gradients (estimate no_sync=True):
+    Accelerate's sync_each_batch is False unless set, and the Trainer then runs every
+    micro-batch but the last under accelerator.no_sync, which for FSDP2 turns the gradient
+    sync off."""
+    accelerate = pytest.importorskip("accelerate")
+    from accelerate.utils import GradientAccumulationPlugin
+
+    default = _value("trainer", "GradientAccumulationPlugin.sync_each_batch (Accelerate, used "
+                                "by the Trainer)")
+    assert GradientAccumulationPlugin(num_steps=2).sync_each_batch is default is False
+    loop = inspect.getsource(transformers.Trainer)
+    assert 'plugin_kwargs.get("sync_each_batch", False)' in loop
+    assert "self.accelerator.no_sync" in loop
+    no_sync = inspect.getsource(accelerate.Accelerator.no_sync)
+    assert "set_requires_gradient_sync(False)" in no_sync
+    when = next(d["when"] for d in recipe_defaults("trainer") if "sync_each_batch" in d["setting"])
+    kept = estimate("llama-2-7b", n_gpus=8, gradient_accumulation=4, **when)
+    synced = estimate("llama-2-7b", n_gpus=8, gradient_accumulation=4, zero_stage=3)
+    assert kept.settings["estimated"]["gradient_bytes"] == 8 * synced.settings["estimated"][
+        "gradient_bytes"]
+
+
 def test_from_pretrained_loads_the_checkpoint_dtype_by_default() -> None:
     doc = inspect.getdoc(transformers.PreTrainedModel.from_pretrained)
     assert 'defaults to `"auto"`' in doc
