@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import weakref
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,36 @@ def test_the_old_bitsandbytes_rows_need_its_behaviour() -> None:
     for row in (r for r in qlora if r["source"] == "litgpt-2023"):
         assert abs(error(row)) <= 0.10
         assert error(row, bitsandbytes="current") < -0.15
+
+
+
+def test_old_bitsandbytes_inputs_live_as_long_as_the_previous_output() -> None:
+    """Why LitGPT's 2024 QLoRA rows carry a micro-batch over (their 'explained'): bitsandbytes
+    before 0.43.2 kept a 4-bit layer's input as a ctx attribute, which backward does not free,
+    so a loop that holds the previous output (LitGPT's `logits`) keeps every 4-bit layer's
+    input through the next forward. Today's bitsandbytes frees it with the backward."""
+    torch = pytest.importorskip("torch")
+    from lessonkit._bnb import _fake_bnb_linear4bit, bitsandbytes
+    from lessonkit._standins import legacy_bnb_saves_input
+
+    bnb = bitsandbytes()
+    if bnb is None:
+        pytest.skip("bitsandbytes is not installed")
+    linear = torch.nn.Linear(128, 64, bias=False, dtype=torch.bfloat16)
+    layer = _fake_bnb_linear4bit(bnb, linear, 128, 64, torch.bfloat16, double_quant=False)
+    for legacy in (False, True):
+        with legacy_bnb_saves_input(legacy):
+            x = torch.randn(4, 128, dtype=torch.bfloat16, requires_grad=True)
+            hidden = x * 2  # an activation, as a 4-bit layer's input is
+            kept = weakref.ref(hidden)
+            output = layer(hidden)
+            del hidden
+            output.float().sum().backward()
+            assert x.grad is not None and x.grad.shape == x.shape
+            # after the backward, the input lives on with the output only before 0.43.2
+            assert (kept() is not None) is legacy
+            del output  # the next `logits = model(...)` drops the previous graph
+            assert kept() is None
 
 
 def test_full_finetuning_with_accumulation_keeps_the_gradients() -> None:
