@@ -89,7 +89,9 @@ def build_control(name: str, value: Any, continuous: bool) -> Any:
                                   layout=layout), "checkbox"
     elif name == "loss":
         widget, kind = W.Dropdown(options=[(LOSS_LABELS[v], v) for v in LOSSES], value=value,
-                                  description=label, style=style, layout=layout), "dropdown"
+                                  description=label, style=style,  # apart from a checkbox
+                                  layout=W.Layout(width="auto", margin="2px 2px 2px 1.5em")
+                                  ), "dropdown"
     elif name == "gpu_set":
         widget, kind = W.ToggleButtons(options=["Guide's four", "All"], value=value,
                                        description=label, style=style), "toggle"

@@ -876,6 +876,22 @@ def test_memory_savers_as_starting_values():
     assert explorer.report.settings["loss_chunks"] == 16
 
 
+def test_the_longest_chart_titles_stay_on_the_figure():
+    from lessonkit.options import OPTIMIZERS
+
+    longest = dict(model="70B", precision="fp16-mixed", optimizer=max(OPTIMIZERS, key=len),
+                   batch_size=64, seq_len=32768, gradient_checkpointing=True)
+    for kw in (dict(method="qlora", activation_offload=True, n_gpus=8, zero_stage=2),
+               dict(method="full", optimizer_in_backward=True, loss="chunked")):
+        explorer = widgets.vram_explorer(**longest, **kw)
+        assert explorer.error is None
+        title = explorer.chart.ax.title
+        assert "offload" in title.get_text() or "chunked loss" in title.get_text()
+        explorer.figure.canvas.draw()
+        box = title.get_window_extent(explorer.figure.canvas.get_renderer())
+        assert 0 <= box.x0 and box.x1 <= explorer.figure.bbox.width, (title.get_text(), box)
+
+
 @pytest.mark.parametrize("kw, message", [
     (dict(activation_offload=True), r"activation_offload=True cannot be a starting value here "
                                     r"\(needs checkpointing\).*gradient_checkpointing=True"),
