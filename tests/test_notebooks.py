@@ -250,6 +250,15 @@ def test_notebook_1s_explorer_tips_name_its_controls_and_hold() -> None:
                                      loss="chunked")
         saved[model] = 1 - chunked.total_bytes / standard.total_bytes
     assert 0 < saved["7B"] < saved["llama-3.1-8b"]
+    # docs/instructor-guide.md's demo: the step in backward leaves almost no gradients at the
+    # peak of a full fine-tune; the chunked loss shrinks the logits of llama-3.1-8b
+    full, oib = (lessonkit.estimate("7B", optimizer_in_backward=o) for o in (False, True))
+    assert oib.breakdown["gradients"] < 0.05 * full.breakdown["gradients"]
+    guide = (ROOT / "docs" / "instructor-guide.md").read_text(encoding="utf-8")
+    assert "the gradients slice all but vanishes" in guide.replace("\n   ", " ")
+    eight = dict(method="lora", precision="bf16", batch_size=8)
+    assert (lessonkit.estimate("llama-3.1-8b", loss="chunked", **eight).breakdown["logits"]
+            < lessonkit.estimate("llama-3.1-8b", **eight).breakdown["logits"])
 
 
 def test_the_trainer_uses_fused_adamw_as_notebook_1_says(tmp_path) -> None:
