@@ -6,8 +6,8 @@ Each explorer returns an ``Explorer`` (explorer.py: an ipywidgets VBox) with ``.
 changes the artists of one reused figure and repaints only those a change can alter (bars, their
 labels, the title; the cost chart's x axis and legend too) over a saved picture of the rest; the
 decision flow keeps one picture per path through the flow. A control that moves another (a method
-brings its usual precision) redraws once. A callback never raises: a failing estimate is shown
-as a message in the readout.
+brings its usual precision; a change that rules out a memory saver switches it off) redraws
+once. A callback never raises: a failing estimate is shown as a message in the readout.
 
 Where no widget frontend exists (GitHub's viewer, nbconvert without widget state, an untrusted
 reopened notebook) an explorer shows a PNG of its chart; with ``LESSONKIT_STATIC=1`` (papermill
