@@ -148,9 +148,9 @@ def build_controls(names: list[str], values: dict[str, Any], continuous: bool) -
     return controls
 
 
-# The memory savers that are switched on and off, and what rules one out: (test on the
-# estimate keywords, short reason shown on the control, full reason in its tooltip). The same
-# rules as settings.validate_run; tests/test_widgets.py checks them against estimate().
+# The memory-saver checkboxes and what rules each out (the loss menu is never ruled out): (test
+# on the estimate keywords, short reason shown on the control, full reason in its tooltip). The
+# same rules as settings.validate_run; tests/test_widgets.py checks them against estimate().
 SAVERS = ("activation_offload", "optimizer_in_backward")
 SAVER_RULES: dict[str, list[tuple[Callable[[dict[str, Any]], bool], str, str]]] = {
     "activation_offload": [
