@@ -6,7 +6,9 @@ most 30 ms in the kernel (the browser test prints the control-change-to-new-char
 page, target 150 ms median). For comparison, the same chart drawn as a new figure per change is
 timed too. The method toggle goes round three methods ten times: after the first round each
 method's axes are a saved picture (explorer.py), so its median is that of a return to a state
-seen before; the first visit draws the axes again (p90).
+seen before; the first visit draws the axes again (p90). The memory-saver controls go round
+checkpointing, activation offload, the chunked loss and the optimizer step in backward (a change
+that switches another control off redraws once).
 
     python benchmarks/redraw.py [--repeats N]
 """
@@ -64,6 +66,13 @@ def main() -> None:
     lines.append(summary("vram_explorer: method toggle",
                          timings(lambda v: setattr(explorer.controls["method"], "value", v),
                                  methods, 1)))
+    # the memory savers: checkpointing, activation offload, chunked loss, optimizer in backward
+    savers = [("gradient_checkpointing", True), ("activation_offload", True), ("loss", "chunked"),
+              ("loss", "standard"), ("activation_offload", True), ("gradient_checkpointing", False),
+              ("optimizer_in_backward", True), ("optimizer_in_backward", False)] * 5
+    lines.append(summary("vram_explorer: memory-saver controls",
+                         timings(lambda nv: setattr(explorer.controls[nv[0]], "value", nv[1]),
+                                 savers, 1)))
 
     def new_figure(value: int) -> None:
         fig = Figure(figsize=(7.5, 3.6), dpi=widgets.CHART_DPI)

@@ -239,7 +239,9 @@ class BreakdownChart:
         else:
             self.note.set_text("")
         if len(reports) == 1:
-            self.ax.set_title(reports[0]._settings_line(), fontsize=9)
+            title = reports[0]._settings_line()
+            # a long one (every saver, several GPUs) a size smaller, so it stays on the figure
+            self.ax.set_title(title, fontsize=9 if len(title) <= 90 else 8)
 
     def _thin_gpu_labels(self, top: float) -> None:
         # A label sits on top of its line and is LABEL_HEIGHT of the axis tall: it is shown only

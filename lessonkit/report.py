@@ -116,7 +116,11 @@ class MemoryReport:
         parts = [str(s.get("method", "")), str(s.get("precision", "")), str(s.get("optimizer", "")),
                  f"batch {s.get('batch_size')} x {s.get('seq_len')} tokens"]
         if s.get("gradient_checkpointing"):
-            parts.append("checkpointing")
+            parts.append("checkpointing" + (" + offload" if s.get("activation_offload") else ""))
+        if s.get("optimizer_in_backward"):
+            parts.append("step in backward")
+        if s.get("loss") == "chunked":
+            parts.append("chunked loss")
         if s.get("n_gpus", 1) > 1:
             parts.append(f"{s['n_gpus']} GPUs, ZeRO-{s.get('zero_stage', 0)}")
         return ", ".join(p for p in parts if p)

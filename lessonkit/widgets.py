@@ -6,8 +6,8 @@ Each explorer returns an ``Explorer`` (explorer.py: an ipywidgets VBox) with ``.
 changes the artists of one reused figure and repaints only those a change can alter (bars, their
 labels, the title; the cost chart's x axis and legend too) over a saved picture of the rest; the
 decision flow keeps one picture per path through the flow. A control that moves another (a method
-brings its usual precision) redraws once. A callback never raises: a failing estimate is shown
-as a message in the readout.
+brings its usual precision; a change that rules out a memory saver switches it off) redraws
+once. A callback never raises: a failing estimate is shown as a message in the readout.
 
 Where no widget frontend exists (GitHub's viewer, nbconvert without widget state, an untrusted
 reopened notebook) an explorer shows a PNG of its chart; with ``LESSONKIT_STATIC=1`` (papermill
@@ -23,7 +23,9 @@ CSS classes, for browser tests and styling:
     ``lessonkit-dropdown-model``, ``lessonkit-toggle-method``, ``lessonkit-dropdown-precision``,
     ``lessonkit-dropdown-optimizer``, ``lessonkit-slider-batch``, ``lessonkit-slider-seq``,
     ``lessonkit-slider-rank``, ``lessonkit-dropdown-dropout``,
-    ``lessonkit-checkbox-checkpointing``, ``lessonkit-slider-gpus``,
+    ``lessonkit-checkbox-checkpointing``, ``lessonkit-checkbox-activation-offload``,
+    ``lessonkit-checkbox-optimizer-in-backward``, ``lessonkit-dropdown-loss``,
+    ``lessonkit-slider-gpus``,
     ``lessonkit-dropdown-zero``, ``lessonkit-toggle-gpu-set``, ``lessonkit-slider-tokens``,
     ``lessonkit-dropdown-size``, ``lessonkit-toggle-budget``.
 """
@@ -37,7 +39,7 @@ from typing import Any
 from . import charts
 from .controls import (CONTROL_NAMES, GPU_COUNTS, LORA_RANKS, MODEL_SIZES, SEQ_LENS,
                        SETUP_DEFAULTS, TOKEN_COUNTS, build_controls, estimate_settings,
-                       precision_follows_method, split_defaults, sync_enabled)
+                       precision_follows_method, savers_follow, split_defaults, sync_enabled)
 from .explorer import CHART_DPI, explorer_class, new_figure, static_mode
 from .fitting import method_label
 from .units import GiB, format_hours
@@ -47,7 +49,7 @@ __all__ = [
     "PRECISION_WORDS", "SEQ_LENS", "SETUP_CONTROLS", "SETUP_DEFAULTS", "TOKEN_COUNTS",
     "VRAM_CONTROLS", "decision_flow_explorer", "decision_readout", "environment_explorer",
     "environment_rows", "fit_summary", "gpu_matrix_explorer", "peak_html", "precision_words",
-    "setup_html", "static_mode", "vram_explorer",
+    "saver_words", "setup_html", "static_mode", "vram_explorer",
 ]
 
 
@@ -96,7 +98,22 @@ def setup_html(report: Any) -> str:
     if s.get("method") in ("lora", "qlora") and s.get("lora_targets"):
         targets = ", ".join(str(t) for t in s["lora_targets"])
         text += f"; LoRA rank {s.get('lora_rank')} on {html.escape(targets)}"
+    savers = saver_words(s)
+    if savers:
+        text += f"; memory savers: {html.escape(', '.join(savers))}"
     return text
+
+
+def saver_words(settings: dict[str, Any]) -> list[str]:
+    """The memory savers of today's recipes that ``settings`` turn on, in words."""
+    words = []
+    if settings.get("activation_offload"):
+        words.append("activation offload to CPU")
+    if settings.get("optimizer_in_backward"):
+        words.append("optimizer step in backward")
+    if settings.get("loss") == "chunked":
+        words.append(f"chunked cross-entropy ({settings.get('loss_chunks')} chunks)")
+    return words
 
 
 def ddp_note(report: Any) -> str:
@@ -151,8 +168,9 @@ def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
 
 
 # ----- the explorers -----------------------------------------------------------------------
-VRAM_CONTROLS = ["model", "method", "precision", "optimizer", "batch_size", "seq_len",
-                 "lora_rank", "lora_dropout", "gradient_checkpointing", "n_gpus", "zero_stage"]
+VRAM_CONTROLS = ["model", "method", "precision", "optimizer", "optimizer_in_backward",
+                 "batch_size", "seq_len", "lora_rank", "lora_dropout", "gradient_checkpointing",
+                 "activation_offload", "loss", "n_gpus", "zero_stage"]
 
 
 def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defaults: Any) -> Any:
@@ -162,25 +180,32 @@ def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defau
     other ``estimate`` keywords (e.g. ``attention="eager"``) are passed through unchanged.
     Precision starts at, and follows, the method's usual one (``fitting.usual_precision``:
     bf16-mixed for full fine-tuning, bf16 for LoRA and QLoRA) unless chosen afterwards.
+    The memory savers (``activation_offload``, ``optimizer_in_backward``, ``loss``) are
+    greyed out, with the reason, where ``estimate`` rules them out (activation offload needs
+    gradient checkpointing; the optimizer step in backward needs one GPU); one that a change
+    rules out switches itself off.
     """
     values, fixed = split_defaults(VRAM_CONTROLS, model, defaults)
     controls = build_controls(VRAM_CONTROLS, values, continuous_update)
     figure = new_figure(7.5, 3.6, left=0.1, right=0.77, bottom=0.2, top=0.9)
     chart = charts.BreakdownChart(figure.add_subplot())
+    precision, savers = precision_follows_method(controls), savers_follow(controls, fixed)
 
     def update(explorer: Any) -> str:
-        sync_enabled(controls)
-        report = _estimate(controls["model"].value, **estimate_settings(controls, fixed))
+        settings = estimate_settings(controls, fixed)
+        sync_enabled(controls, settings)
+        report = _estimate(controls["model"].value, **settings)
         explorer.chart.update(report)
         explorer.report = report
         return fit_summary(report)
 
     return explorer_class()(
         "vram", controls, update, figure,
-        [["model", "method"], ["precision", "optimizer"], ["batch_size", "seq_len"],
-         ["lora_rank", "lora_dropout", "gradient_checkpointing"], ["n_gpus", "zero_stage"]],
+        [["model", "method"], ["precision", "optimizer", "optimizer_in_backward"],
+         ["batch_size", "seq_len"], ["lora_rank", "lora_dropout"],
+         ["gradient_checkpointing", "activation_offload", "loss"], ["n_gpus", "zero_stage"]],
         static_key=chart.static_key, live=chart.live_artists,
-        link=precision_follows_method(controls),
+        link=lambda change: (precision(change), savers(change)),
         chart=chart, report=None)
 
 

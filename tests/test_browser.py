@@ -177,9 +177,47 @@ def test_vram_explorer_in_jupyterlab(page: object, server: lab.LabServer) -> Non
     print(f"\nvram explorer in the browser: control change to new chart, median "
           f"{statistics.median(times):.0f} ms (min {min(times):.0f}, max {max(times):.0f}, "
           f"n={len(times)})")
+    check_memory_savers(page, explorer)
     shot(page, "01_vram_equation-page")
     assert_no_errors(page, server, name, explorer)
     check_timeline_explorer(page, server, name)
+
+
+def peak_of(readout: str) -> float:
+    return float(re.search(r"Peak per GPU: ([\d,.]+) GiB", readout).group(1).replace(",", ""))
+
+
+def check_memory_savers(page: object, explorer: object) -> None:
+    """Activation offload is greyed out, and says why, until checkpointing is on; ticked, it
+    lowers the peak; turning checkpointing off unticks it again without an error. The chunked
+    loss reaches the readout."""
+    offload = explorer.locator(".lessonkit-checkbox-activation-offload")
+    checkpointing = explorer.locator(".lessonkit-checkbox-checkpointing input")
+    assert offload.locator("input").is_disabled() and not offload.locator("input").is_checked()
+    assert "needs checkpointing" in offload.inner_text()
+    before = state(explorer)
+    checkpointing.check()
+    checkpointed = wait_for_change(page, explorer, before)
+    page.wait_for_function("node => !node.querySelector('input').disabled",
+                           arg=offload.element_handle(), timeout=30_000)
+    assert "needs checkpointing" not in offload.inner_text()
+    offload.locator("input").check()
+    offloaded = wait_for_change(page, explorer, checkpointed)
+    assert peak_of(offloaded[0]) < peak_of(checkpointed[0])
+    assert "activation offload to CPU" in offloaded[0]
+    shot(page, "01_vram_explorer-4-activation-offload", explorer)
+    checkpointing.uncheck()
+    plain = wait_for_change(page, explorer, offloaded)
+    page.wait_for_function("node => node.querySelector('input').disabled",
+                           arg=offload.element_handle(), timeout=30_000)
+    assert not offload.locator("input").is_checked()
+    assert "needs checkpointing" in offload.inner_text()
+    assert "Cannot show this combination" not in plain[0]
+    assert peak_of(plain[0]) > peak_of(offloaded[0])
+    explorer.locator(".lessonkit-dropdown-loss select").select_option("chunked cross-entropy")
+    chunked = wait_for_change(page, explorer, plain)
+    assert "chunked cross-entropy" in chunked[0] and peak_of(chunked[0]) < peak_of(plain[0])
+    shot(page, "01_vram_explorer-5-chunked-loss", explorer)
 
 
 def check_timeline_explorer(page: object, server: lab.LabServer, name: str) -> None:

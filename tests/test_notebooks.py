@@ -224,6 +224,43 @@ def test_what_the_text_says_about_the_default_numbers_holds() -> None:
     assert qlora.total_bytes < lora.total_bytes
 
 
+def test_notebook_1s_explorer_tips_name_its_controls_and_hold() -> None:
+    """The 'Try it' list of notebook 1 names the VRAM explorer's controls by their labels, and
+    what it says the memory savers do holds at the settings it names."""
+    from lessonkit.widgets import CONTROL_NAMES, VRAM_CONTROLS
+
+    nb = nbformat.read(NOTEBOOK_DIR / NAMES[0], as_version=4)
+    (tips,) = [c.source for c in nb.cells if c.source.startswith("## Try it: the VRAM explorer")]
+    named = set(re.findall(r"\*\*(.+?)\*\*", tips.replace("\n  ", " ")))
+    labels = {CONTROL_NAMES[n][1] for n in VRAM_CONTROLS}
+    assert named <= labels, named - labels
+    assert {"Activation offload", "Optimizer step in backward", "Loss"} <= named
+    # offload lowers a checkpointed run; the step in backward lowers a full fine-tune; the
+    # chunked loss saves more, in share of the peak, on a 128k vocabulary than on a 32k one
+    lora = dict(method="lora", precision="bf16", batch_size=8, gradient_checkpointing=True)
+    assert (lessonkit.estimate("7B", activation_offload=True, **lora).total_bytes
+            < lessonkit.estimate("7B", **lora).total_bytes)
+    assert (lessonkit.estimate("7B", optimizer_in_backward=True).total_bytes
+            < lessonkit.estimate("7B").total_bytes)
+    saved = {}
+    for model in ("7B", "llama-3.1-8b"):
+        assert lessonkit.resolve_model(model).vocab_size == {"7B": 32000}.get(model, 128256)
+        standard = lessonkit.estimate(model, **{**lora, "gradient_checkpointing": False})
+        chunked = lessonkit.estimate(model, **{**lora, "gradient_checkpointing": False},
+                                     loss="chunked")
+        saved[model] = 1 - chunked.total_bytes / standard.total_bytes
+    assert 0 < saved["7B"] < saved["llama-3.1-8b"]
+    # docs/instructor-guide.md's demo: the step in backward leaves almost no gradients at the
+    # peak of a full fine-tune; the chunked loss shrinks the logits of llama-3.1-8b
+    full, oib = (lessonkit.estimate("7B", optimizer_in_backward=o) for o in (False, True))
+    assert oib.breakdown["gradients"] < 0.05 * full.breakdown["gradients"]
+    guide = (ROOT / "docs" / "instructor-guide.md").read_text(encoding="utf-8")
+    assert "the gradients slice all but vanishes" in guide.replace("\n   ", " ")
+    eight = dict(method="lora", precision="bf16", batch_size=8)
+    assert (lessonkit.estimate("llama-3.1-8b", loss="chunked", **eight).breakdown["logits"]
+            < lessonkit.estimate("llama-3.1-8b", **eight).breakdown["logits"])
+
+
 def test_the_trainer_uses_fused_adamw_as_notebook_1_says(tmp_path) -> None:
     """Notebook 1: `Trainer(bf16=True)` picks fused AdamW with the pinned transformers and torch
     (that from_pretrained loads the checkpoint's dtype is checked by tests/test_recipes.py)."""

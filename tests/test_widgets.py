@@ -717,6 +717,198 @@ def test_the_lora_dropout_control_reaches_the_estimate():
     assert dropout.disabled
 
 
+# ----- the memory savers of today's recipes -----------------------------------------------
+def shown_peak(explorer) -> float:
+    """The peak the readout shows, in GiB."""
+    return float(re.search(r"Peak per GPU: ([\d,.]+) GiB", explorer.readout.value)
+                 .group(1).replace(",", ""))
+
+
+def tooltip(widget) -> str:
+    """The hover text: ``tooltip`` in ipywidgets 8, ``description_tooltip`` in 7 (Colab)."""
+    return widget.tooltip if widget.has_trait("tooltip") else widget.description_tooltip
+
+
+SAVER_CASES = [  # (explorer's starting values, saver control, value that saves memory)
+    (dict(model="7B", method="lora", batch_size=8, gradient_checkpointing=True),
+     "activation_offload", True),
+    (dict(model="7B", method="full"), "optimizer_in_backward", True),
+    (dict(model="llama-3.1-8b", method="lora", batch_size=8), "loss", "chunked"),
+]
+
+
+@pytest.mark.parametrize("start, name, value", SAVER_CASES, ids=[c[1] for c in SAVER_CASES])
+def test_each_memory_saver_lowers_the_peak_the_readout_shows(start, name, value):
+    start = dict(start)
+    explorer = widgets.vram_explorer(start.pop("model"), **start)
+    before, title = shown_peak(explorer), explorer.chart.ax.get_title()
+    assert "memory savers" not in explorer.readout.value
+    control = explorer.controls[name]
+    assert not control.disabled
+    control.value = value
+    assert explorer.error is None, explorer.error
+    expected = estimate(explorer.controls["model"].value, **settings_of(explorer))
+    assert expected.settings[name] == value  # the control reached the estimate
+    assert explorer.report.total_bytes == expected.total_bytes
+    assert shown_peak(explorer) == round(expected.total_bytes / GiB, 1) < before
+    words = ", ".join(widgets.saver_words(expected.settings))
+    assert words and f"memory savers: {words}" in explorer.readout.value
+    assert explorer.chart.ax.get_title() != title  # the chart's title names the saver too
+    check_vram_state(explorer)
+    explorer.reset()
+    assert shown_peak(explorer) == before and control.value == widgets.SETUP_DEFAULTS[name]
+
+
+def test_activation_offload_follows_gradient_checkpointing():
+    explorer = widgets.vram_explorer("7B", method="lora", batch_size=8)
+    c = explorer.controls
+    offload, checkpointing = c["activation_offload"], c["gradient_checkpointing"]
+    assert offload.disabled and not offload.value
+    assert offload.description == "Activation offload (needs checkpointing)"
+    assert "Gradient checkpointing" in tooltip(offload)
+    checkpointing.value = True
+    assert not offload.disabled and offload.description == "Activation offload"
+    assert "CPU memory" in tooltip(offload)
+    checkpointed = shown_peak(explorer)
+    offload.value = True
+    assert shown_peak(explorer) < checkpointed
+    # Turning checkpointing off unticks the offload: no error, the plain run's numbers.
+    checkpointing.value = False
+    assert explorer.error is None and not offload.value and offload.disabled
+    assert explorer.report.total_bytes == estimate("7B", **settings_of(explorer)).total_bytes
+    assert explorer.report.settings["activation_offload"] is False
+    check_vram_state(explorer)
+    # Set from code while greyed out: it counts as off, and unticks itself.
+    offload.value = True
+    assert explorer.error is None and not offload.value
+    assert explorer.report.settings["activation_offload"] is False
+    checkpointing.value = True
+    assert not offload.disabled and not offload.value  # back on, the learner ticks it again
+
+
+def test_activation_offload_gives_way_to_the_chunked_loss_and_zero_3():
+    explorer = widgets.vram_explorer("7B", method="lora", gradient_checkpointing=True,
+                                     activation_offload=True)
+    c = explorer.controls
+    c["loss"].value = "chunked"  # not modelled together: the loss just chosen wins
+    assert explorer.error is None and not c["activation_offload"].value
+    assert c["activation_offload"].description == "Activation offload (not with chunked loss)"
+    assert explorer.report.settings["loss"] == "chunked"
+    c["loss"].value = "standard"
+    c["activation_offload"].value = True
+    c["n_gpus"].value = 8
+    assert c["activation_offload"].value and explorer.error is None  # ZeRO-0 to 2 are fine
+    c["zero_stage"].value = 3
+    assert explorer.error is None and not c["activation_offload"].value
+    assert "ZeRO-3" in c["activation_offload"].description
+    check_vram_state(explorer)
+
+
+def test_optimizer_in_backward_is_greyed_where_estimate_refuses_it():
+    explorer = widgets.vram_explorer("7B", optimizer_in_backward=True)
+    c = explorer.controls
+    oib = c["optimizer_in_backward"]
+    assert oib.value and not oib.disabled
+    c["n_gpus"].value = 2
+    assert explorer.error is None and not oib.value and oib.disabled
+    assert oib.description == "Optimizer step in backward (one GPU only)"
+    assert "one GPU" in tooltip(oib)
+    check_vram_state(explorer)
+    c["n_gpus"].value = 1
+    assert not oib.disabled and not oib.value
+    # Fixed settings that rule it out grey it out for good.
+    for fixed, reason in ((dict(gradient_accumulation=4), "not with accumulation"),
+                          (dict(offload_optimizer=True, zero_stage=1),
+                           "not with optimizer offload")):
+        explorer = widgets.vram_explorer("7B", **fixed)
+        oib = explorer.controls["optimizer_in_backward"]
+        assert oib.disabled and oib.description.endswith(f"({reason})")
+        oib.value = True  # from code: still off, never an error
+        assert explorer.error is None and not oib.value
+
+
+def test_memory_saver_rules_agree_with_estimate():
+    """A saver is greyed out exactly where estimate() refuses it (given that the rest of the
+    setup is valid)."""
+    import itertools
+
+    from lessonkit.controls import saver_blocked
+
+    grid = itertools.product(("full", "qlora"), (False, True), ("standard", "chunked"),
+                             ((1, 0), (2, 0), (8, 2), (8, 3)), (1, 2), (False, True),
+                             ("current", "before-0.43.2"))
+    checked = {"activation_offload": [0, 0], "optimizer_in_backward": [0, 0]}
+    for method, ckpt, loss, (gpus, zero), accumulation, offload_opt, bnb in grid:
+        kw = dict(method=method, precision="bf16", gradient_checkpointing=ckpt, loss=loss,
+                  n_gpus=gpus, zero_stage=zero, gradient_accumulation=accumulation,
+                  offload_optimizer=offload_opt, bitsandbytes=bnb)
+        try:
+            estimate("7B", **kw)
+        except LessonkitError:
+            continue  # the rest of the setup is refused already
+        for name in checked:
+            try:
+                estimate("7B", **kw, **{name: True})
+                refused = False
+            except LessonkitError:
+                refused = True
+            assert (saver_blocked(name, kw) is not None) == refused, (name, kw)
+            checked[name][refused] += 1
+    assert all(allowed and refused for allowed, refused in checked.values()), checked
+
+
+def test_memory_savers_as_starting_values():
+    explorer = widgets.vram_explorer("7B", method="lora", gradient_checkpointing=True,
+                                     activation_offload=True, optimizer_in_backward=True)
+    c = explorer.controls
+    assert c["activation_offload"].value and c["optimizer_in_backward"].value
+    expected = estimate("7B", **settings_of(explorer))
+    assert expected.settings["activation_offload"] and expected.settings["optimizer_in_backward"]
+    assert explorer.report.total_bytes == expected.total_bytes
+    explorer = widgets.vram_explorer("llama-3.1-8b", loss="chunked", loss_chunks=16)
+    assert explorer.controls["loss"].value == "chunked"
+    assert explorer.report.settings["loss_chunks"] == 16
+    assert "chunked cross-entropy (16 chunks)" in explorer.readout.value
+    # A fixed chunk count waits for the chunked loss: standard still shows, no error.
+    explorer = widgets.vram_explorer("7B", loss_chunks=16)
+    assert explorer.error is None and explorer.report.settings["loss"] == "standard"
+    explorer.controls["loss"].value = "chunked"
+    assert explorer.report.settings["loss_chunks"] == 16
+
+
+def test_the_longest_chart_titles_stay_on_the_figure():
+    from lessonkit.options import OPTIMIZERS
+
+    longest = dict(model="70B", precision="fp16-mixed", optimizer=max(OPTIMIZERS, key=len),
+                   batch_size=64, seq_len=32768, gradient_checkpointing=True)
+    for kw in (dict(method="qlora", activation_offload=True, n_gpus=8, zero_stage=2),
+               dict(method="full", optimizer_in_backward=True, loss="chunked")):
+        explorer = widgets.vram_explorer(**longest, **kw)
+        assert explorer.error is None
+        title = explorer.chart.ax.title
+        assert "offload" in title.get_text() or "chunked loss" in title.get_text()
+        explorer.figure.canvas.draw()
+        box = title.get_window_extent(explorer.figure.canvas.get_renderer())
+        assert 0 <= box.x0 and box.x1 <= explorer.figure.bbox.width, (title.get_text(), box)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(activation_offload=True), r"activation_offload=True cannot be a starting value here "
+                                    r"\(needs checkpointing\).*gradient_checkpointing=True"),
+    (dict(activation_offload=True, gradient_checkpointing=True, loss="chunked"),
+     "not with chunked loss"),
+    (dict(optimizer_in_backward=True, n_gpus=2), r"\(one GPU only\).*n_gpus=1"),
+    (dict(optimizer_in_backward=True, gradient_accumulation=2), "gradient_accumulation=1"),
+    (dict(activation_offload="yes"), "Activation offload must be True or False, got 'yes'"),
+    (dict(optimizer_in_backward=1), "Optimizer step in backward must be True or False"),
+    (dict(loss="fused"), "Loss 'fused' is not on the control; allowed: standard, chunked"),
+    (dict(loss="chunked", loss_chunks=0), "loss_chunks must be a whole number from 1 to 128"),
+])
+def test_bad_memory_saver_starting_values_are_clear_errors(kw, message):
+    with pytest.raises(LessonkitError, match=message):
+        widgets.vram_explorer("7B", **kw)
+
+
 def shown_and_full(explorer):
     """The picture the last redraw showed, and a full draw of the same figure (RGB arrays)."""
     import numpy as np
