@@ -22,6 +22,7 @@ LORA_RANKS = tuple(2**k for k in range(0, 9))         # 1 .. 256
 GPU_COUNTS = (1, 2, 4, 8)
 LORA_DROPOUTS = (0.0, 0.05, 0.1)  # peft's default, and what LitGPT, TRL and axolotl recipes use
 TOKEN_COUNTS = (1e6, 1e7, 1e8, 1e9)
+LOSS_CHUNK_COUNTS = tuple(2**k for k in range(0, 8))  # 1 .. 128, the shortest sequence
 LOSS_LABELS = {"standard": "standard cross-entropy", "chunked": "chunked cross-entropy"}
 # What each memory saver does, shown as its control's tooltip.
 SAVER_TIPS = {
@@ -32,8 +33,11 @@ SAVER_TIPS = {
                              "is ready, so gradients are freed layer by layer (torchtune's "
                              "optimizer_in_bwd).",
     "loss": "Standard: the whole logits upcast to fp32 at once (transformers). Chunked: the "
-            f"output layer and the fp32 upcast {DEFAULT_LOSS_CHUNKS} chunks of the sequence at "
-            "a time (torchtune's CEWithChunkedOutputLoss).",
+            "output layer and the fp32 upcast one chunk of the sequence at a time (torchtune's "
+            "CEWithChunkedOutputLoss).",
+    "loss_chunks": "How many pieces of the sequence the chunked loss works through one after "
+                   "the other: more chunks, a smaller fp32 copy of the logits at a time "
+                   "(torchtune uses 8).",
 }
 # Estimate keyword -> (CSS name, label) of its control.
 CONTROL_NAMES = {
@@ -44,7 +48,7 @@ CONTROL_NAMES = {
     "gradient_checkpointing": ("checkpointing", "Gradient checkpointing"),
     "activation_offload": ("activation-offload", "Activation offload"),
     "optimizer_in_backward": ("optimizer-in-backward", "Optimizer step in backward"),
-    "loss": ("loss", "Loss"),
+    "loss": ("loss", "Loss"), "loss_chunks": ("chunks", "Chunks"),
     "n_gpus": ("gpus", "GPUs"), "zero_stage": ("zero", "ZeRO stage"),
     "gpu_set": ("gpu-set", "GPUs shown"), "tokens": ("tokens", "Training tokens"),
     "size": ("size", "Model size"), "budget": ("budget", "Budget"),
@@ -92,6 +96,9 @@ def build_control(name: str, value: Any, continuous: bool) -> Any:
                                   description=label, style=style,  # apart from a checkbox
                                   layout=W.Layout(width="auto", margin="2px 2px 2px 1.5em")
                                   ), "dropdown"
+    elif name == "loss_chunks":
+        widget, kind = W.Dropdown(options=list(LOSS_CHUNK_COUNTS), value=value,
+                                  description=label, style=style, layout=layout), "dropdown"
     elif name == "gpu_set":
         widget, kind = W.ToggleButtons(options=["Guide's four", "All"], value=value,
                                        description=label, style=style), "toggle"
@@ -117,7 +124,7 @@ def set_tooltip(widget: Any, text: str) -> None:
 ALLOWED = {  # allowed values of each control, for clear errors on bad defaults
     "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
     "zero_stage": ZERO_STAGES, "seq_len": SEQ_LENS, "lora_rank": LORA_RANKS,
-    "lora_dropout": LORA_DROPOUTS, "loss": LOSSES,
+    "lora_dropout": LORA_DROPOUTS, "loss": LOSSES, "loss_chunks": LOSS_CHUNK_COUNTS,
     "n_gpus": GPU_COUNTS, "tokens": TOKEN_COUNTS, "size": MODEL_SIZES,
     "budget": ("Low", "High"), "gpu_set": ("Guide's four", "All"),
 }
@@ -125,7 +132,7 @@ SETUP_DEFAULTS = {  # estimate()'s own defaults, so an explorer starts where est
     "method": "full", "precision": "bf16-mixed", "optimizer": "adamw", "batch_size": 1,
     "seq_len": 512, "lora_rank": 16, "gradient_checkpointing": False, "n_gpus": 1,
     "zero_stage": 0, "lora_dropout": 0.0, "activation_offload": False,
-    "optimizer_in_backward": False, "loss": "standard",
+    "optimizer_in_backward": False, "loss": "standard", "loss_chunks": DEFAULT_LOSS_CHUNKS,
 }
 FLAGS = ("gradient_checkpointing", "activation_offload", "optimizer_in_backward")
 
@@ -136,7 +143,8 @@ def build_controls(names: list[str], values: dict[str, Any], continuous: bool) -
     for name in names:
         value = values[name]
         allowed = ALLOWED.get(name)
-        if allowed is not None and value not in allowed:
+        if allowed is not None and (value not in allowed or isinstance(value, bool)
+                                    and name not in FLAGS):
             raise LessonkitError(f"{CONTROL_NAMES[name][1]} {value!r} is not on the control; "
                                  f"allowed: {', '.join(map(str, allowed))}.")
         if name in FLAGS and not isinstance(value, bool):
@@ -211,8 +219,9 @@ def split_defaults(names: list[str], model: Any, defaults: dict[str, Any]
     if "precision" in names and "precision" not in defaults and values["method"] in METHODS:
         values["precision"] = usual_precision(values["method"])
     chunks = fixed.get("loss_chunks", DEFAULT_LOSS_CHUNKS)
-    if "loss" in names and (isinstance(chunks, bool) or not isinstance(chunks, int)
-                            or not 1 <= chunks <= SEQ_LENS[0]):
+    if "loss" in names and "loss_chunks" not in names and (
+            isinstance(chunks, bool) or not isinstance(chunks, int)
+            or not 1 <= chunks <= SEQ_LENS[0]):
         raise LessonkitError(f"loss_chunks must be a whole number from 1 to {SEQ_LENS[0]} (the "
                              f"shortest sequence on the control), got {chunks!r}.")
     for name in SAVERS:
@@ -271,6 +280,8 @@ def sync_enabled(controls: dict[str, Any], settings: dict[str, Any] | None = Non
             controls[name].disabled = controls["method"].value == "full"
     if "zero_stage" in controls and "n_gpus" in controls:
         controls["zero_stage"].disabled = controls["n_gpus"].value == 1
+    if "loss_chunks" in controls and "loss" in controls:
+        controls["loss_chunks"].disabled = controls["loss"].value != "chunked"
     for name in SAVERS:
         if name not in controls:
             continue

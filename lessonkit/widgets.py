@@ -25,6 +25,7 @@ CSS classes, for browser tests and styling:
     ``lessonkit-slider-rank``, ``lessonkit-dropdown-dropout``,
     ``lessonkit-checkbox-checkpointing``, ``lessonkit-checkbox-activation-offload``,
     ``lessonkit-checkbox-optimizer-in-backward``, ``lessonkit-dropdown-loss``,
+    ``lessonkit-dropdown-chunks``,
     ``lessonkit-slider-gpus``,
     ``lessonkit-dropdown-zero``, ``lessonkit-toggle-gpu-set``, ``lessonkit-slider-tokens``,
     ``lessonkit-dropdown-size``, ``lessonkit-toggle-budget``.
@@ -170,7 +171,7 @@ def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
 # ----- the explorers -----------------------------------------------------------------------
 VRAM_CONTROLS = ["model", "method", "precision", "optimizer", "optimizer_in_backward",
                  "batch_size", "seq_len", "lora_rank", "lora_dropout", "gradient_checkpointing",
-                 "activation_offload", "loss", "n_gpus", "zero_stage"]
+                 "activation_offload", "loss", "loss_chunks", "n_gpus", "zero_stage"]
 
 
 def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defaults: Any) -> Any:
@@ -180,7 +181,8 @@ def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defau
     other ``estimate`` keywords (e.g. ``attention="eager"``) are passed through unchanged.
     Precision starts at, and follows, the method's usual one (``fitting.usual_precision``:
     bf16-mixed for full fine-tuning, bf16 for LoRA and QLoRA) unless chosen afterwards.
-    The memory savers (``activation_offload``, ``optimizer_in_backward``, ``loss``) are
+    The memory savers (``activation_offload``, ``optimizer_in_backward``, ``loss`` with its
+    ``loss_chunks``, greyed out unless the loss is chunked) are
     greyed out, with the reason, where ``estimate`` rules them out (activation offload needs
     gradient checkpointing; the optimizer step in backward needs one GPU); one that a change
     rules out switches itself off.
@@ -203,7 +205,8 @@ def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defau
         "vram", controls, update, figure,
         [["model", "method"], ["precision", "optimizer", "optimizer_in_backward"],
          ["batch_size", "seq_len"], ["lora_rank", "lora_dropout"],
-         ["gradient_checkpointing", "activation_offload", "loss"], ["n_gpus", "zero_stage"]],
+         ["gradient_checkpointing", "activation_offload"], ["loss", "loss_chunks"],
+         ["n_gpus", "zero_stage"]],
         static_key=chart.static_key, live=chart.live_artists,
         link=lambda change: (precision(change), savers(change)),
         chart=chart, report=None)

@@ -30,6 +30,8 @@ def settings_of(explorer) -> dict:
     settings = {k: w.value for k, w in explorer.controls.items() if k in widgets.SETUP_DEFAULTS}
     if explorer.controls["model"].value == "gpt2":
         settings["lora_targets"] = ("c_attn",)
+    if settings.get("loss") == "standard":
+        settings.pop("loss_chunks", None)  # estimate takes a chunk count for the chunked loss
     return settings
 
 
@@ -83,7 +85,9 @@ def vram():
 
 
 def test_vram_explorer_starts_where_estimate_does(vram):
-    assert settings_of(vram) == widgets.SETUP_DEFAULTS
+    assert settings_of(vram) == {k: v for k, v in widgets.SETUP_DEFAULTS.items()
+                                 if k != "loss_chunks"}
+    assert vram.controls["loss_chunks"].value == widgets.SETUP_DEFAULTS["loss_chunks"]
     check_vram_state(vram)
     assert "lessonkit-readout" in vram.readout._dom_classes
     assert len(vram.output.outputs) == 1
@@ -902,7 +906,9 @@ def test_the_longest_chart_titles_stay_on_the_figure():
     (dict(activation_offload="yes"), "Activation offload must be True or False, got 'yes'"),
     (dict(optimizer_in_backward=1), "Optimizer step in backward must be True or False"),
     (dict(loss="fused"), "Loss 'fused' is not on the control; allowed: standard, chunked"),
-    (dict(loss="chunked", loss_chunks=0), "loss_chunks must be a whole number from 1 to 128"),
+    (dict(loss="chunked", loss_chunks=0), "Chunks 0 is not on the control; allowed: 1, 2, 4"),
+    (dict(loss="chunked", loss_chunks=True), "Chunks True is not on the control"),
+    (dict(loss="chunked", loss_chunks=3), "Chunks 3 is not on the control"),
 ])
 def test_bad_memory_saver_starting_values_are_clear_errors(kw, message):
     with pytest.raises(LessonkitError, match=message):
@@ -1027,3 +1033,26 @@ def test_the_vram_note_stays_in_the_saved_picture_when_nothing_live_overlaps_it(
         explorer.controls["model"].value = size
         shown, full = shown_and_full(explorer)
         assert (shown == full).all(), size
+
+
+def test_the_chunk_count_follows_the_loss_and_reaches_the_estimate():
+    """Chunks is greyed out until the loss is chunked; more chunks, a smaller fp32 piece of
+    the logits at a time (a 128k vocabulary makes it visible)."""
+    explorer = widgets.vram_explorer("llama-3.1-8b", method="lora", batch_size=8)
+    chunks, loss = explorer.controls["loss_chunks"], explorer.controls["loss"]
+    assert chunks.disabled and "chunks" not in explorer.report.settings.get("loss", "")
+    loss.value = "chunked"
+    assert not chunks.disabled
+    peaks = {}
+    for n in (1, 8, 32):
+        chunks.value = n
+        assert explorer.error is None
+        expected = estimate("llama-3.1-8b", **settings_of(explorer))
+        assert expected.settings["loss_chunks"] == n
+        assert explorer.report.total_bytes == expected.total_bytes
+        assert f"chunked cross-entropy ({n} chunks)" in explorer.readout.value
+        peaks[n] = explorer.report.total_bytes
+    assert peaks[1] > peaks[8] > peaks[32]
+    loss.value = "standard"  # the chosen count waits, greyed out, without an error
+    assert chunks.disabled and explorer.error is None and chunks.value == 32
+    assert explorer.report.settings["loss"] == "standard"
