@@ -452,6 +452,11 @@ class _Step:
         # buffers); in the last, each finished layer's unsharded gradients give way to shards
         passes = [False, True] if s.no_sync else [True]
         unsharded_layer = self.gradients_full_layer - f["layer_shard"] if s.no_sync else 0
+        layer_grads = f["layer_grads"]
+        if s.no_sync and not self.sharded_mixed:
+            # no reduce dtype: autograd adds each new gradient into the one kept, in place, so
+            # neither lm_head's nor a layer's new gradients are held beside it
+            head, layer_grads = 0, self.fsdp_first_grad
         for k, reducing in [(k, r) for r in passes
                             for k in sorted({0, 1, layers - 2, layers - 1} & set(range(layers)))]:
             held = f["layer_rs"] if k and reducing else 0
@@ -464,13 +469,13 @@ class _Step:
                        activations=self.inputs + max(self.rope, self.fw_layers - gone)
                        + 2 * p * t * h,
                        temporaries=max(0, self.bw_copies - gone_copies) + head
-                       + f["root_params"] + f["layer_params"] + f["layer_grads"] + held
+                       + f["root_params"] + f["layer_params"] + layer_grads + held
                        + (f["layer_flat"] if k < layers - 1 else 0))
             reduce = dict(end, temporaries=end["temporaries"] - f["layer_params"] - held
                           + (f["layer_rs"] if reducing else 0))
             # its start: its activations still saved, its own gathered buffer not yet freed
             start = dict(end, activations=end["activations"] + kept(layers - 1 - k),
-                         temporaries=end["temporaries"] - f["layer_grads"]
+                         temporaries=end["temporaries"] - layer_grads
                          + (0 if k < layers - 1 else f["layer_flat"]))
             # inside its MLP's backward (as bw_layer without FSDP): down_proj's gradient done
             moments += [start, end, reduce]
