@@ -277,8 +277,7 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
             torch.cuda.reset_peak_memory_stats()
         stack.enter_context(offloaded_activations(settings.activation_offload,
                                                   simulate=device != "cuda"))
-        unsynced: set[int] = set()  # storages of gradients kept unreduced (no_sync)
-        unsynced_bytes = 0
+        unsynced_bytes = 0  # the gradients kept unreduced between micro-batches (no_sync)
         with tracker:
             for micro_batch in range(settings.gradient_accumulation):
                 last = micro_batch == settings.gradient_accumulation - 1
@@ -297,8 +296,10 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
                 del loss
                 if settings.no_sync and not last:
                     kept = parallel.unsynced_gradients(model)
-                    unsynced |= storage_keys(kept)
                     unsynced_bytes = tensor_bytes(kept)
+                    for key in storage_keys(kept):  # gradients while they live (the last
+                        if key in tracker.live:     # micro-batch frees them)
+                            tracker.live[key].label = "gradients"
                     del kept
             tracker.set_phase("optimizer")
             parallel.before_step()
@@ -311,7 +312,7 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
             torch.cuda.synchronize()
 
         grads = [p.grad for p in params if p.grad is not None] + parallel.gradient_tensors()
-        groups = {"weights": storage_keys(weights), "gradients": storage_keys(grads) | unsynced,
+        groups = {"weights": storage_keys(weights), "gradients": storage_keys(grads),
                   "optimizer": storage_keys(states)}
         occurrences, peak_event = tracker.peaks()
         breakdown = tracker.composition(peak_event, groups, spec.vocab_size)

@@ -452,11 +452,11 @@ class _Step:
         # buffers); in the last, each finished layer's unsharded gradients give way to shards
         passes = [False, True] if s.no_sync else [True]
         unsharded_layer = self.gradients_full_layer - f["layer_shard"] if s.no_sync else 0
-        layer_grads = f["layer_grads"]
+        layer_grads, first_grad = f["layer_grads"], self.fsdp_first_grad
         if s.no_sync and not self.sharded_mixed:
             # no reduce dtype: autograd adds each new gradient into the one kept, in place, so
             # neither lm_head's nor a layer's new gradients are held beside it
-            head, layer_grads = 0, self.fsdp_first_grad
+            head, layer_grads, first_grad = 0, 0, 0
         for k, reducing in [(k, r) for r in passes
                             for k in sorted({0, 1, layers - 2, layers - 1} & set(range(layers)))]:
             held = f["layer_rs"] if k and reducing else 0
@@ -465,6 +465,10 @@ class _Step:
             shards = 0 if accumulating else k * f["layer_shard"]
             if s.no_sync and reducing:
                 shards = -k * unsharded_layer
+            elif s.no_sync and s.gradient_accumulation == 2:
+                # the only micro-batch before the last starts with no gradients: the layers
+                # done so far (k of them) hold theirs, unsharded
+                shards = (k - layers) * self.gradients_full_layer
             end = dict(static, gradients=grads_fw + shards,
                        activations=self.inputs + max(self.rope, self.fw_layers - gone)
                        + 2 * p * t * h,
@@ -482,7 +486,7 @@ class _Step:
             for extra, temps in self._inside_layer(first=k == layers - 1):
                 moments.append(dict(
                     start, activations=start["activations"] - 2 * p * t * h + extra,
-                    temporaries=start["temporaries"] + temps + self.fsdp_first_grad
+                    temporaries=start["temporaries"] + temps + first_grad
                     - (0 if k < layers - 1 else f["layer_flat"])))
         layer_grads = self.gradients - (0 if accumulating else f["root_shard"])
         root = dict(static, gradients=layer_grads, activations=self.inputs + 2 * p * t * h,
