@@ -161,14 +161,15 @@ class _Step:
                              for sh, count in trainable)
         self.buckets = grads_full if n > 1 and zero == 0 else 0  # allocated up front
         self.gradients += self.buckets
-        self.gradients_full_layer = sum(grad_dtype * math.prod(sh)
+        # FSDP without a reduction until the last micro-batch (no_sync): each rank accumulates
+        # the full, unsharded gradients, in the reduce dtype (fp32 under mixed precision, even
+        # for bf16 adapters); the last micro-batch reduces them to shards before the step
+        kept_dtype = 4 if self.sharded_mixed else grad_dtype
+        self.gradients_full_layer = sum(kept_dtype * math.prod(sh)
                                         for sh, _, trained in layer_params if trained)
         self.step_gradients = self.gradients  # what the optimizer step finds
         if s.no_sync and zero == 3:
-            # FSDP without a reduction until the last micro-batch: each rank accumulates the
-            # full, unsharded gradients (in the reduce dtype: fp32 under mixed precision);
-            # the last micro-batch reduces them to shards before the step
-            self.gradients = grads_full
+            self.gradients = kept_dtype * self.trainable_params
         # one decoder layer's gradients, as they appear during its backward (with several
         # micro-batches they exist already), and the first of them: the MLP's output weight
         mlp_out = (spec.intermediate_size, spec.hidden_size)
@@ -475,8 +476,10 @@ class _Step:
                        temporaries=max(0, self.bw_copies - gone_copies) + head
                        + f["root_params"] + f["layer_params"] + layer_grads + held
                        + (f["layer_flat"] if k < layers - 1 else 0))
+            # under no_sync the reduction reads the kept gradients: the new ones were added in
             reduce = dict(end, temporaries=end["temporaries"] - f["layer_params"] - held
-                          + (f["layer_rs"] if reducing else 0))
+                          + (f["layer_rs"] if reducing else 0)
+                          - (layer_grads if s.no_sync else 0))
             # its start: its activations still saved, its own gathered buffer not yet freed
             start = dict(end, activations=end["activations"] + kept(layers - 1 - k),
                          temporaries=end["temporaries"] - layer_grads

@@ -35,6 +35,8 @@ SPECS = {
     # first layer's backward (every other layer's gradients made, its activations recomputed)
     "wide": ModelSpec(name="wide-llama-4L", family="llama", n_layers=4, hidden_size=512,
                       n_heads=8, n_kv_heads=8, intermediate_size=1408, vocab_size=1000),
+    "one": ModelSpec(name="one-layer-llama", family="llama", n_layers=1, hidden_size=512,
+                     n_heads=8, n_kv_heads=8, intermediate_size=1408, vocab_size=1000),
     "wgpt2": ModelSpec(name="wide-gpt2-4L", family="gpt2", n_layers=4, hidden_size=512,
                        n_heads=8, n_kv_heads=8, intermediate_size=2048, vocab_size=1000,
                        tie_embeddings=True, gated_mlp=False, norm="layernorm",
@@ -218,6 +220,12 @@ GRID = [
     ("wide", dict(batch_size=1, seq_len=128, n_gpus=4, zero_stage=3, gradient_accumulation=2,
                   gradient_checkpointing=True, no_sync=True)),
     ("llama", dict(batch_size=2, seq_len=128, n_gpus=2, gradient_accumulation=2, no_sync=True)),
+    # bf16 adapters under FSDP's mixed precision: the kept gradients are fp32 (reduce dtype)
+    ("wide", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=3, gradient_accumulation=2,
+                  method="lora", lora_dtype="bf16", no_sync=True)),
+    # one layer: the forward of the last micro-batch, beside the full gradients, is the peak
+    ("one", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=3, gradient_accumulation=2,
+                 gradient_checkpointing=True, no_sync=True)),
 ]
 
 
