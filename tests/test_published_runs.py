@@ -126,3 +126,54 @@ def test_full_finetuning_with_accumulation_keeps_the_gradients() -> None:
     assert row["settings"]["gradient_accumulation"] > 1
     assert abs(error(row)) <= 0.10
     assert error(row, gradient_accumulation=1) < -0.15
+
+
+@pytest.mark.filterwarnings("ignore:.*has both parameters with requires_grad=True and False")
+def test_fsdp1_lora_accumulation_keeps_every_weights_gradient_unsharded() -> None:
+    """Why LitGPT's 2023 multi-GPU LoRA rows are far above the estimate (their 'explained'):
+    Lightning Fabric's FSDPStrategy wraps with FSDP1 and ``use_orig_params=True``, so each
+    block's frozen weights and its LoRA tensors share one flat parameter, and that flat
+    parameter gets a gradient as large as the whole block; LitGPT accumulates micro-batches
+    under ``no_sync``, where FSDP1 keeps those gradients unsharded until the sync."""
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_available():
+        pytest.skip("this build of torch has no torch.distributed")
+    from torch import nn
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    from lessonkit._standins import fake_process_group
+
+    class LoRALayer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(64, 64, bias=False)
+            self.linear.weight.requires_grad_(False)  # frozen, as LoRA leaves the weights
+            self.lora_A = nn.Parameter(torch.randn(4, 64))
+            self.lora_B = nn.Parameter(torch.zeros(64, 4))
+
+        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+            return self.linear(x) + x @ self.lora_A.t() @ self.lora_B.t()
+
+    layer_numel, trainable_numel = 64 * 64 + 2 * 4 * 64, 2 * 4 * 64
+    with fake_process_group(2):
+        # without use_orig_params FSDP1 refuses the mix, so the runs that were published had it
+        with pytest.raises(ValueError, match="uniform `requires_grad`"):
+            FSDP(LoRALayer(), use_orig_params=False, device_id=torch.device("cpu"))
+        model = FSDP(nn.Sequential(LoRALayer(), LoRALayer()), use_orig_params=True,
+                     auto_wrap_policy=ModuleWrapPolicy({LoRALayer}),
+                     device_id=torch.device("cpu"))
+        units = [m for m in FSDP.fsdp_modules(model) if isinstance(m.module, LoRALayer)]
+        assert len(units) == 2
+
+        def grad_numels() -> list[int]:
+            return [unit._handle.flat_param.grad.numel() for unit in units]
+
+        x = torch.randn(8, 64)
+        with model.no_sync():  # an accumulating micro-batch
+            model(x).sum().backward()
+        # each layer's whole gradient (its frozen weight's included), unsharded on every rank
+        assert grad_numels() == [layer_numel] * 2
+        model(x).sum().backward()  # the sync: reduce-scattered to this rank's half
+        assert grad_numels() == [layer_numel // 2] * 2
+        assert layer_numel // 2 > trainable_numel  # still more than the LoRA tensors
