@@ -423,16 +423,21 @@ class Parallel:
         from torch.distributed.fsdp import FSDPModule
 
         held = []
-        for module in model.modules():
-            if not isinstance(module, FSDPModule):
-                continue
-            group = module._get_fsdp_state()._fsdp_param_group
-            for fsdp_param in group.fsdp_params if group else []:
-                grad = fsdp_param.unsharded_accumulated_grad
-                if grad is None:
-                    grad = fsdp_param._unsharded_param.grad
-                if grad is not None:
-                    held.append(grad)
+        try:  # FSDP2's own records of each parameter (private, so checked)
+            for module in model.modules():
+                if not isinstance(module, FSDPModule):
+                    continue
+                group = module._get_fsdp_state()._fsdp_param_group
+                for fsdp_param in group.fsdp_params if group else []:
+                    grad = fsdp_param.unsharded_accumulated_grad
+                    if grad is None:
+                        grad = fsdp_param._unsharded_param.grad
+                    if grad is not None:
+                        held.append(grad)
+        except AttributeError as err:
+            raise LessonkitError(
+                f"measure cannot follow no_sync's gradients with torch {torch.__version__} "
+                f"(FSDP2 changed: {err}); estimate(no_sync=True) still works.") from None
         return held
 
     def gradient_tensors(self) -> list[torch.Tensor]:

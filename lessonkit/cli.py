@@ -96,9 +96,10 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
                         help="step each parameter as its gradient is made and free it (torchtune's "
                              "optimizer_in_bwd); needs --gradient-accumulation 1 and one GPU")
     parser.add_argument("--no-sync", action="store_true",
-                        help="with ZeRO-3 and --gradient-accumulation, reduce gradients only on "
-                             "the last micro-batch (FSDP's no_sync, the Trainer's default): "
-                             "each GPU keeps full, unsharded gradients")
+                        help="with several GPUs and --gradient-accumulation, reduce gradients "
+                             "only on the last micro-batch (FSDP's no_sync, the Trainer's "
+                             "default); under --zero-stage 3 each GPU then keeps full, "
+                             "unsharded gradients (no memory change for ZeRO-0/1)")
     parser.add_argument("--loss", default="standard",
                         help="standard (the full logits in fp32, default) or chunked (torchtune's "
                              "CEWithChunkedOutputLoss)")
@@ -166,8 +167,8 @@ def run_vram(args: argparse.Namespace) -> int:
               + (f" ({have - need:.2f} GiB to spare)" if fits
                  else f" (short by {need - have:.2f} GiB)") + ".")
         for flags, fix in fixes:
-            with_flags = flags if flags.startswith("without ") else f"with {flags}"
-            print(f"  It fits {with_flags}: {fix.total_bytes / GiB:.2f} GiB per GPU "
+            print(f"  It fits {'' if flags.startswith('without ') else 'with '}{flags}: "
+                  f"{fix.total_bytes / GiB:.2f} GiB per GPU "
                   f"({(gpu.usable_bytes - fix.total_bytes) / GiB:.2f} GiB to spare).")
         if not fits and not fixes:
             print("  No single change tried here makes it fit (checkpointing, a smaller batch, "

@@ -218,12 +218,6 @@ def split_defaults(names: list[str], model: Any, defaults: dict[str, Any]
                                  f"{', '.join(sorted(set(names) | known))}.")
     if "precision" in names and "precision" not in defaults and values["method"] in METHODS:
         values["precision"] = usual_precision(values["method"])
-    chunks = fixed.get("loss_chunks", DEFAULT_LOSS_CHUNKS)
-    if "loss" in names and "loss_chunks" not in names and (
-            isinstance(chunks, bool) or not isinstance(chunks, int)
-            or not 1 <= chunks <= SEQ_LENS[0]):
-        raise LessonkitError(f"loss_chunks must be a whole number from 1 to {SEQ_LENS[0]} (the "
-                             f"shortest sequence on the control), got {chunks!r}.")
     for name in SAVERS:
         why = saver_blocked(name, {**values, **fixed}) if name in names else None
         if values[name] is True and why is not None:
@@ -269,6 +263,9 @@ def estimate_settings(controls: dict[str, Any], fixed: dict[str, Any]) -> dict[s
     for name in SAVERS:
         if name in controls and settings[name] and saver_blocked(name, settings):
             settings[name] = False
+    if settings.get("no_sync") and (settings.get("n_gpus", 1) == 1
+                                    or settings.get("zero_stage") == 2):
+        settings["no_sync"] = False  # a fixed no_sync applies where estimate takes it
     return settings
 
 

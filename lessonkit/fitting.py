@@ -369,6 +369,8 @@ def fix_candidates(settings: dict, native_bf16: bool = True,
                        switch | ckpt | {"batch_size": 1, "gradient_accumulation": accum * batch}])
     if more and not settings.get("offload_optimizer"):
         offload = {"zero_stage": max(2, settings.get("zero_stage", 0)), "offload_optimizer": True}
+        if settings.get("no_sync") and offload["zero_stage"] == 2:
+            offload["no_sync"] = False  # ZeRO-2 refuses it
         groups.append([offload, offload | ckpt])
     if settings["method"] != "qlora" and settings["n_gpus"] == 1:
         groups.append([{"n_gpus": n, "zero_stage": 3} for n in (2, 4, 8)])
@@ -402,13 +404,17 @@ def fit_changes(model: Any, settings: dict, usable_bytes: float, limit: int = 2,
 
 
 def change_flags(change: dict) -> str:
-    """A change as command-line flags: '--gradient-checkpointing --batch-size 2'."""
-    words = []
+    """A change as command-line flags: '--gradient-checkpointing --batch-size 2'; flags to
+    drop come last: '--gradient-checkpointing, without --no-sync'."""
+    words, dropped = [], []
     for name, value in change.items():
         flag = "--" + name.replace("_", "-")
-        words.append(flag if value is True else f"without {flag}" if value is False
-                     else f"{flag} {value}")
-    return " ".join(words)
+        if value is False:
+            dropped.append(flag)
+        else:
+            words.append(flag if value is True else f"{flag} {value}")
+    without = f"without {' '.join(dropped)}" if dropped else ""
+    return ", ".join(part for part in (" ".join(words), without) if part)
 
 
 def vram_fixes(model: object, settings: dict, usable_bytes: int, limit: int = 2,

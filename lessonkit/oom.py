@@ -212,8 +212,7 @@ _TRAINING_WORDS = {
     "activation_offload": "activation offloading: SFTConfig(activation_offloading=True) in TRL, "
                           "enable_activation_offloading: True in torchtune",
     "loss": "a chunked cross-entropy that never makes the full fp32 logits: torchtune's "
-            "CEWithChunkedOutputLoss, or use_liger_kernel=True (Liger's fused linear "
-            "cross-entropy)",
+            "CEWithChunkedOutputLoss (loss: torchtune.modules.loss.CEWithChunkedOutputLoss)",
     "optimizer_in_backward": "the optimizer step in backward: optimizer_in_bwd: True in "
                              "torchtune (no gradient accumulation)",
     "no_sync": "reduce the gradients on every micro-batch: TrainingArguments(accelerator_config="

@@ -122,7 +122,9 @@ class MemoryReport:
         if s.get("loss") == "chunked":
             parts.append("chunked loss")
         if s.get("n_gpus", 1) > 1:
-            parts.append(f"{s['n_gpus']} GPUs, ZeRO-{s.get('zero_stage', 0)}")
+            parts.append(f"{s['n_gpus']} GPUs, ZeRO-{s.get('zero_stage', 0)}"
+                         + (f", {s['gradient_accumulation']} micro-batches with no_sync"
+                            if s.get("no_sync") else ""))
         return ", ".join(p for p in parts if p)
 
     def rows(self) -> list[tuple[str, int]]:

@@ -192,8 +192,8 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
     if s.no_sync and s.zero_stage == 2:
         raise LessonkitError(
             "no_sync does not go with ZeRO-2: DeepSpeed refuses it once gradients are "
-            "partitioned. Use zero_stage 3 (FSDP, which allows it), 0 or 1 with no_sync, or "
-            "no_sync=False.")
+            "partitioned (stage 2 and 3). Use zero_stage 3 (modelled as FSDP, which allows "
+            "it), 0 or 1 with no_sync, or no_sync=False.")
     if s.method == "qlora" and s.zero_stage == 3:
         raise LessonkitError("ZeRO-3 cannot shard 4-bit QLoRA weights in this calculator; use "
                              "zero_stage 0, 1 or 2 with QLoRA.")

@@ -102,6 +102,9 @@ def setup_html(report: Any) -> str:
     savers = saver_words(s)
     if savers:
         text += f"; memory savers: {html.escape(', '.join(savers))}"
+    if s.get("no_sync"):
+        text += (f"; no_sync: gradients reduced on the last of {s['gradient_accumulation']} "
+                 "micro-batches only")
     return text
 
 

@@ -320,3 +320,13 @@ def test_no_sync_needs_several_gpus_and_accumulation(capsys) -> None:
     code, _, err = run(capsys, "--model", "llama-2-7b", "--n-gpus", "4", "--zero-stage", "2",
                        "--gradient-accumulation", "2", "--no-sync")
     assert code == 2 and "ZeRO-2" in err and "Traceback" not in err
+
+
+def test_a_fix_that_adds_a_flag_and_drops_another_says_both() -> None:
+    from lessonkit.fitting import change_flags
+
+    assert change_flags({"no_sync": False, "gradient_checkpointing": True}) == (
+        "--gradient-checkpointing, without --no-sync")
+    assert change_flags({"no_sync": False}) == "without --no-sync"
+    assert change_flags({"batch_size": 2, "gradient_accumulation": 8}) == (
+        "--batch-size 2 --gradient-accumulation 8")

@@ -452,7 +452,7 @@ def test_each_memory_saver_is_named_as_itself(change, key, words):
 def test_the_trainer_settings_the_fixes_name_exist(tmp_path):
     transformers = pytest.importorskip("transformers")
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), use_cpu=True, report_to=[], use_liger_kernel=False,
+        output_dir=str(tmp_path), use_cpu=True, report_to=[],
         accelerator_config={"gradient_accumulation_kwargs": {"sync_each_batch": True}})
     assert args.accelerator_config.gradient_accumulation_kwargs == {"sync_each_batch": True}
 

@@ -1040,7 +1040,8 @@ def test_the_chunk_count_follows_the_loss_and_reaches_the_estimate():
     the logits at a time (a 128k vocabulary makes it visible)."""
     explorer = widgets.vram_explorer("llama-3.1-8b", method="lora", batch_size=8)
     chunks, loss = explorer.controls["loss_chunks"], explorer.controls["loss"]
-    assert chunks.disabled and "chunks" not in explorer.report.settings.get("loss", "")
+    assert chunks.disabled and explorer.report.settings["loss"] == "standard"
+    assert "chunked cross-entropy" not in explorer.readout.value
     loss.value = "chunked"
     assert not chunks.disabled
     peaks = {}
@@ -1056,3 +1057,20 @@ def test_the_chunk_count_follows_the_loss_and_reaches_the_estimate():
     loss.value = "standard"  # the chosen count waits, greyed out, without an error
     assert chunks.disabled and explorer.error is None and chunks.value == 32
     assert explorer.report.settings["loss"] == "standard"
+
+
+def test_a_fixed_no_sync_is_named_and_applies_where_estimate_takes_it():
+    explorer = widgets.vram_explorer("7B", no_sync=True, n_gpus=4, zero_stage=3,
+                                     gradient_accumulation=2)
+    kept = explorer.report
+    assert kept.settings["no_sync"] and "no_sync" in explorer.readout.value
+    assert "2 micro-batches with no_sync" in explorer.chart.ax.title.get_text()
+    synced = estimate("7B", n_gpus=4, zero_stage=3, gradient_accumulation=2)
+    assert kept.total_bytes > synced.total_bytes
+    for change in (dict(n_gpus=1), dict(zero_stage=2)):  # where estimate refuses it
+        for name, value in change.items():
+            explorer.controls[name].value = value
+        assert explorer.error is None and not explorer.report.settings["no_sync"]
+        assert "no_sync" not in explorer.readout.value
+        explorer.controls["n_gpus"].value, explorer.controls["zero_stage"].value = 4, 3
+    assert explorer.report.total_bytes == kept.total_bytes
