@@ -20,17 +20,21 @@ estimate:
   among them), on a fake process group (rank 0), through the checkpoint load, the validation
   sanity check and five micro-batches (accumulation cycles of 3, no_sync while accumulating),
   every micro-batch of the longest Alpaca example's length, then again with the later ones of
-  256 tokens. With --extra, also without no_sync and 13B on 2 GPUs.
+  256 tokens. How many of the previous micro-batch's unsharded block gradients are still held
+  when the last backward makes its new ones varies from run to run (by whole blocks, with the
+  same program and settings), so each configuration runs --repeats times and prints the range.
+  With --extra, also without no_sync and 13B on 2 GPUs.
 
 Needs litgpt 0.4.9, which is NOT a dependency of lessonkit. In lessonkit's measuring environment
 (`pip install -e ".[measure]"`, which brings torch and transformers) add:
     pip install --no-deps litgpt==0.4.9 lightning==2.4.0 lightning-utilities==0.15.3 torchmetrics==1.9.0
 Figures were checked with torch 2.13.0 (CPU build).
 
-Usage: python benchmarks/reproduce_litgpt.py [--source hub|fsdp] [--model NAME] [--explain]
-       [--extra]
-Timings on 2 CPU cores: about 10 s a single-GPU run, 1-2 min an FSDP run; everything with
---explain and --extra about 20 min.
+Usage: python benchmarks/reproduce_litgpt.py [--source hub|fsdp] [--model NAME]
+           [--micro-batch N] [--explain] [--extra] [--repeats N]
+  e.g. `--source hub --explain` (about 35 s on 2 CPU cores: 3 s a run) or
+  `--source fsdp --model llama-2-7b --micro-batch 1 --repeats 1` (about 40 s: 15-25 s a run);
+  everything, `--explain --extra`, about 11 min.
 """
 
 from __future__ import annotations
@@ -292,7 +296,7 @@ def hub_row(row: dict, explain: bool) -> None:
 # ----- litgpt-2023-multi-gpu: FSDP1 as Lightning 2.1.0 sets it up -----------------------------
 
 def fsdp_run(settings: dict, later_length: int = 0, no_sync: bool = True) -> dict:
-    """Rank 0's tensor peak over checkpoint load, validation and FSDP_MICRO_BATCHES micro-batches."""
+    """Rank 0's tensor peak over the checkpoint load, the validation and the micro-batches."""
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
@@ -413,10 +417,12 @@ def fsdp_line(label: str, settings: dict, repeats: int, **options: object) -> No
     peaks = sorted(run["peak"] for run in runs)
     top = max(runs, key=lambda run: run["peak"])
     levels = top["levels"]
+    kept = sorted(run["born"].get(f"backward{FSDP_MICRO_BATCHES - 1}", 0) for run in runs)
     print(f"  {label}: {gb(peaks[0])}-{gb(peaks[-1])} GB over {repeats} runs "
           f"({', '.join(gb(p) for p in peaks)}), in {top['phase']} "
           f"[{(time.perf_counter() - start) / repeats:.0f} s a run]; load {gb(levels['load'])}, "
-          f"validate {gb(levels['validate'])}; live at the highest peak, by phase made: "
+          f"validate {gb(levels['validate'])}; at the peak the previous micro-batch's "
+          f"gradients {gb(kept[0])}-{gb(kept[-1])}; live at the highest peak, by phase made: "
           + ", ".join(f"{phase} {gb(n)}" for phase, n in top["born"].items() if n >= 5e6))
 
 
@@ -444,7 +450,8 @@ def fsdp_extra(rows: list[dict], repeats: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", choices=sorted(SOURCES), action="append",
-                        help="hub: litgpt-config-hub-2024, fsdp: litgpt-2023-multi-gpu (default both)")
+                        help="hub: litgpt-config-hub-2024, fsdp: litgpt-2023-multi-gpu "
+                        "(default: both)")
     parser.add_argument("--model", choices=sorted(LITGPT_NAMES), action="append",
                         help="only the rows of this model (repeatable)")
     parser.add_argument("--explain", action="store_true",
