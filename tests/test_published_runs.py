@@ -10,7 +10,9 @@ the allocator margin). Target, over the single-GPU rows of every source: median 
 from __future__ import annotations
 
 import json
+import re
 import statistics
+import sys
 import weakref
 from pathlib import Path
 
@@ -177,3 +179,88 @@ def test_fsdp1_lora_accumulation_keeps_every_weights_gradient_unsharded() -> Non
         model(x).sum().backward()  # the sync: reduce-scattered to this rank's half
         assert grad_numels() == [layer_numel // 2] * 2
         assert layer_numel // 2 > trainable_numel  # still more than the LoRA tensors
+
+
+# ----- the texts that explain rows quote figures that must stay true ----------------------------
+
+OWN_ESTIMATE = re.compile(r"[Ff]rom the estimate's (\d+\.\d\d) GB")
+OTHER_ESTIMATE = re.compile(r"published (\d+\.\d\d), estimated (\d+\.\d\d)")
+SCALED_ESTIMATE = re.compile(r"(\d+)B on (\d+) GPUs reproduces at [\d.-]+ GB[^(]*\(the estimate: "
+                             r"(\d+\.\d\d)\)")
+SUM = re.compile(r"(\d+\.\d\d(?: [+-] \d+\.\d\d)+) = (\d+\.\d\d)\b")
+PRODUCT = re.compile(r"(\d+\.\d\d) GB = ([\d ,x+()]+(?:(?:tokens|bytes|layers)\b[\d ,x+()]*)+)")
+
+
+def quoted_estimates() -> list[tuple[str, float, float]]:
+    """(where, quoted, today's estimate) for every estimate quoted in an explanation."""
+    quotes = []
+    for row in ROWS:
+        text = row.get("explained", "")
+        quotes += [(row["label"], float(q), estimated_gb(row)) for q in OWN_ESTIMATE.findall(text)]
+        for published, quoted in OTHER_ESTIMATE.findall(text):
+            named = [r for r in ROWS if r["source"] == row["source"]
+                     and f"{r['published_gb']:.2f}" == published]
+            assert len(named) == 1, (row["label"], published)
+            quotes.append((row["label"], float(quoted), estimated_gb(named[0])))
+    for key, source in DATA["sources"].items():
+        for size, gpus, quoted in SCALED_ESTIMATE.findall(source["differences"]):
+            named = [r for r in ROWS if r["source"] == key
+                     and r["settings"]["model"] == f"llama-2-{size}b"]
+            assert named, (key, size)
+            quotes.append((key, float(quoted), estimated_gb(named[0], n_gpus=int(gpus))))
+    return quotes
+
+
+def test_every_estimate_quoted_in_an_explanation_is_todays() -> None:
+    quotes = quoted_estimates()
+    assert len(quotes) >= 11  # 4 FSDP rows, 3 QLoRA rows and their 3 LoRA rows, 13B on 2 GPUs
+    wrong = [(where, quoted, round(today, 2)) for where, quoted, today in quotes
+             if quoted != round(today, 2)]
+    assert not wrong, wrong
+
+
+def test_the_arithmetic_in_the_explanations_adds_up() -> None:
+    texts = [r.get("explained", "") for r in ROWS]
+    texts += [s["differences"] for s in DATA["sources"].values()]
+    sums = [m for t in texts for m in SUM.findall(t)]
+    products = [m for t in texts for m in PRODUCT.findall(t)]
+    assert len(sums) >= 6 and len(products) >= 3
+    for terms, total in sums:
+        parts = terms.split(" ")
+        value = float(parts[0]) + sum(float(n) * (1 if sign == "+" else -1)
+                                      for sign, n in zip(parts[1::2], parts[2::2]))
+        assert round(value, 2) == float(total), (terms, total)
+    for total, formula in products:
+        formula = formula.rstrip(", ")
+        expression = re.sub(r"[a-z]{2,}", "", formula.replace(" x ", " * ")).replace(",", "")
+        assert re.fullmatch(r"[\d *+()]+", expression), formula
+        assert round(eval(expression) / 1e9, 2) == float(total), (total, formula)
+
+
+def test_reproduced_figures_name_the_script_that_prints_them() -> None:
+    """A figure in the repository is reproducible from the repository: every explanation of
+    LitGPT rows that quotes a reproduction names benchmarks/reproduce_litgpt.py."""
+    script = "benchmarks/reproduce_litgpt.py"
+    assert (Path(__file__).parents[1] / script).is_file()
+    texts = [r.get("explained", "") for r in ROWS]
+    texts += [s["differences"] for s in DATA["sources"].values()]
+    reproduced = [t for t in texts if re.search(r"\b[Rr]eproduc", t)]
+    assert len(reproduced) >= 8
+    for text in reproduced:
+        assert script in text, text[:120]
+
+
+def test_the_reproduction_script_says_how_to_install_litgpt(monkeypatch) -> None:
+    """The script imports without litgpt (not a dependency) and, run without it, exits with one
+    line saying how to install it."""
+    pytest.importorskip("torch")
+    from tests.script_loader import load_script
+
+    module = load_script("benchmarks/reproduce_litgpt.py")
+    assert module.INSTALL in module.__doc__
+    for name in ("litgpt", "litgpt.lora", "litgpt.utils"):
+        monkeypatch.setitem(sys.modules, name, None)  # import of litgpt fails
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["--source", "hub"])
+    message = str(exit_.value)
+    assert "\n" not in message and "pip install --no-deps litgpt==0.4.9" in message
