@@ -453,11 +453,12 @@ class _Step:
         # buffers); in the last, each finished layer's unsharded gradients give way to shards
         passes = [False, True] if s.no_sync else [True]
         unsharded_layer = self.gradients_full_layer - f["layer_shard"] if s.no_sync else 0
-        layer_grads, first_grad = f["layer_grads"], self.fsdp_first_grad
+        # a layer's new (unsharded) gradients, and its first one, held as temporaries
+        new_grads, new_first_grad = f["layer_grads"], self.fsdp_first_grad
         if s.no_sync and not self.sharded_mixed:
             # no reduce dtype: autograd adds each new gradient into the one kept, in place, so
             # neither lm_head's nor a layer's new gradients are held beside it
-            head, layer_grads, first_grad = 0, 0, 0
+            head, new_grads, new_first_grad = 0, 0, 0
         for k, reducing in [(k, r) for r in passes
                             for k in sorted({0, 1, layers - 2, layers - 1} & set(range(layers)))]:
             held = f["layer_rs"] if k and reducing else 0
@@ -474,22 +475,23 @@ class _Step:
                        activations=self.inputs + max(self.rope, self.fw_layers - gone)
                        + 2 * p * t * h,
                        temporaries=max(0, self.bw_copies - gone_copies) + head
-                       + f["root_params"] + f["layer_params"] + layer_grads + held
+                       + f["root_params"] + f["layer_params"] + new_grads + held
                        + (f["layer_flat"] if k < layers - 1 else 0))
-            # under no_sync the reduction reads the kept gradients: the new ones were added in
+            # under no_sync the reduction reads the kept gradients, into which the new ones
+            # have already been added (and freed)
             reduce = dict(end, temporaries=end["temporaries"] - f["layer_params"] - held
                           + (f["layer_rs"] if reducing else 0)
-                          - (layer_grads if s.no_sync else 0))
+                          - (new_grads if s.no_sync else 0))
             # its start: its activations still saved, its own gathered buffer not yet freed
             start = dict(end, activations=end["activations"] + kept(layers - 1 - k),
-                         temporaries=end["temporaries"] - layer_grads
+                         temporaries=end["temporaries"] - new_grads
                          + (0 if k < layers - 1 else f["layer_flat"]))
             # inside its MLP's backward (as bw_layer without FSDP): down_proj's gradient done
             moments += [start, end, reduce]
             for extra, temps in self._inside_layer(first=k == layers - 1):
                 moments.append(dict(
                     start, activations=start["activations"] - 2 * p * t * h + extra,
-                    temporaries=start["temporaries"] + temps + first_grad
+                    temporaries=start["temporaries"] + temps + new_first_grad
                     - (0 if k < layers - 1 else f["layer_flat"])))
         layer_grads = self.gradients - (0 if accumulating else f["root_shard"])
         root = dict(static, gradients=layer_grads, activations=self.inputs + 2 * p * t * h,
@@ -500,6 +502,7 @@ class _Step:
             done = layers * unsharded_layer
             root = dict(root, gradients=layer_grads - done)
             root_reduce = dict(root_reduce, gradients=layer_grads - done)
+            # an earlier micro-batch's root: every gradient kept, nothing reduced
             moments.append(dict(root, temporaries=f["root_params"] + f["root_grads"],
                                 gradients=layer_grads))
         return [fw_end, fw_gather], moments + [root, root_reduce]
