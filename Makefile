@@ -17,7 +17,7 @@ JUPYTER_ARGS ?=
 COLAB_VENV ?= .venv-colab
 COLAB_PY := $(COLAB_VENV)/bin/python
 
-.PHONY: course test test-fast colab-env oldest-env browser-deps gpu-check clean slides voila
+.PHONY: course test test-fast lint format colab-env oldest-env browser-deps gpu-check clean slides voila
 
 $(VENV)/.installed-course: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -82,8 +82,19 @@ browser-deps:
 	  else echo "Install Chromium (e.g. 'sudo apt-get install chromium') for the browser tests."; fi; \
 	fi
 
-test: $(VENV)/.installed-dev $(COLAB_VENV)/.installed $(OLDEST_VENV)/.installed browser-deps
+test: lint $(COLAB_VENV)/.installed $(OLDEST_VENV)/.installed browser-deps
 	MPLBACKEND=Agg $(PY) -m pytest
+
+# ruff (lint and format check: package, tests, tools, notebooks) and mypy (strict) on the package.
+lint: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# Rewrites files: ruff's safe fixes, then the formatter.
+format: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 test-fast: $(VENV)/.installed-dev
 	MPLBACKEND=Agg $(PY) -m pytest -m "not slow and not browser and not notebooks"
@@ -92,4 +103,4 @@ gpu-check: $(VENV)/.installed-dev
 	$(PY) scripts/gpu_check.py
 
 clean:
-	rm -rf $(VENV) $(COLAB_VENV) $(OLDEST_VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(COLAB_VENV) $(OLDEST_VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -21,7 +21,7 @@ def main() -> None:
     args = parser.parse_args()
 
     start = time.perf_counter()
-    from lessonkit.measuring import measure
+    from lessonkit.memory.measuring import measure
 
     measure("gpt2", seq_len=16, lora_targets=("c_attn",))  # imports torch, transformers, peft
     print(f"first call (imports included): {time.perf_counter() - start:.1f} s")

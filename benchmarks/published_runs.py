@@ -4,7 +4,7 @@ Reads tests/published_runs.json (each source with repository, path, commit, addr
 what it measured; each row with the published figure, the source's own words and the settings)
 and prints, for each row, the estimate's tensor peak and its error, the median |error| of each
 source and of all single-GPU rows, and the runs not compared yet. The same rows are asserted by
-tests/test_published_runs.py.
+tests/memory/test_published_runs.py.
 Usage: python benchmarks/published_runs.py
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.test_published_runs import (  # noqa: E402
+from tests.memory.test_published_runs import (  # noqa: E402
     DATA, ROWS, error, estimated_gb, median_error, single_gpu)
 
 
@@ -32,7 +32,7 @@ def main() -> None:
     print("## Published runs\n")
     print("Runs whose peak memory was published with complete settings, next to the estimate "
           "with the same settings (`tests/published_runs.json`, asserted by "
-          "`tests/test_published_runs.py`; this section is printed by "
+          "`tests/memory/test_published_runs.py`; this section is printed by "
           "`benchmarks/published_runs.py`). Sizes in GB (1e9 bytes), as the sources give them. "
           "*Measured* says what the source measured; the estimate's figure is its tensor peak "
           "(no CUDA context, no allocator margin), the counterpart of "

@@ -29,7 +29,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import lessonkit
-    from lessonkit.fitting import clear_estimate_cache
+    from lessonkit.planning.fitting import clear_estimate_cache
 
     cases = {"7B, low budget": dict(model="7B", budget="low"),
              "70B, 20M tokens": dict(model="70B", tokens="20M"),

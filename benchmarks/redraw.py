@@ -5,7 +5,7 @@ rendering the PNG and replacing the chart Output's contents. Target: every explo
 most 30 ms in the kernel (the browser test prints the control-change-to-new-chart latency in the
 page, target 150 ms median). For comparison, the same chart drawn as a new figure per change is
 timed too. The method toggle goes round three methods ten times: after the first round each
-method's axes are a saved picture (explorer.py), so its median is that of a return to a state
+method's axes are a saved picture (widgets/explorer.py), so its median is that of a return to a state
 seen before; the first visit draws the axes again (p90). The memory-saver controls go round
 checkpointing, activation offload, the chunked loss and the optimizer step in backward (a change
 that switches another control off redraws once).
@@ -50,8 +50,9 @@ def main() -> None:
 
     from matplotlib.figure import Figure
 
-    from lessonkit import charts, widgets
-    from lessonkit.vram import estimate
+    from lessonkit import charts
+    from lessonkit.widgets import explorers as widgets
+    from lessonkit.memory.estimating import estimate
 
     batches = list(range(1, 65))
     explorer = widgets.vram_explorer("7B", method="lora")

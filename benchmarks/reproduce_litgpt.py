@@ -5,7 +5,7 @@ of two of its sources by running the code that produced them. This script is tha
 LoRA/QLoRA row of those sources it builds litgpt's own GPT with LoRA (litgpt/lora.py), on the
 CPU under FakeTensorMode (shapes and dtypes only: no data, no GPU, seconds per step), runs the
 part of LitGPT's training loop that sets the peak, follows every tensor storage with lessonkit's
-tracker (lessonkit/_memtrack.py) and prints the peak next to the published figure and the
+tracker (lessonkit/memory/tracking.py) and prints the peak next to the published figure and the
 estimate:
 
 - litgpt-config-hub-2024 (one A10G): LitGPT 0.4.9's fit() (litgpt/finetune/lora.py): two
@@ -56,8 +56,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from lessonkit._memtrack import Tracker, storage_keys  # noqa: E402
-from tests.test_published_runs import estimated_gb  # noqa: E402
+from lessonkit.memory.tracking import Tracker, storage_keys  # noqa: E402
+from tests.memory.test_published_runs import estimated_gb  # noqa: E402
 
 LITGPT = "0.4.9"
 INSTALL = ("pip install --no-deps litgpt==0.4.9 lightning==2.4.0 lightning-utilities==0.15.3 "

@@ -2,7 +2,7 @@
 
 A draw is what a control change of the timeline explorer costs (and most of what a notebook cell
 does): the chart's bands, phases, peak and labels updated, the figure rendered and saved as the
-PNG the explorer shows (explorer.py: Agg canvas, PNG compression level 1). Timed for an
+PNG the explorer shows (widgets/explorer.py: Agg canvas, PNG compression level 1). Timed for an
 estimate (a 7B with and without checkpointing, and an 80-layer 70B) and for a measured step
 (gpt2 on CPU, every allocation, thinned to at most 1,500 moments). Target: median under 200 ms.
 
@@ -27,7 +27,7 @@ def main() -> None:
 
     import lessonkit as lk
     from lessonkit import charts
-    from lessonkit.explorer import new_figure
+    from lessonkit.widgets.explorer import new_figure
 
     reports = {
         "estimate 7B LoRA, batch 4 x 1024": lk.estimate(

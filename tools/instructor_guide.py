@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "instructor-guide.md"
 sys.path.insert(0, str(ROOT))
 
-from lessonkit.exercise_answers import bank  # noqa: E402
-from lessonkit.exercises import question_ids  # noqa: E402
+from lessonkit.exercises.expected import bank  # noqa: E402
+from lessonkit.exercises.checking import question_ids  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- (mistakes|points):(\d\d) -->\n)(.*?)(<!-- /\2 -->)", re.S)
 

@@ -1,6 +1,6 @@
 """Drive JupyterLab in headless Chromium: start a server, open a notebook, run it, read it back.
 
-Used by tests/test_browser.py. Chromium is Debian's (``/usr/bin/chromium``), driven by Playwright
+Used by tests/course/test_browser.py. Chromium is Debian's (``/usr/bin/chromium``), driven by Playwright
 through ``executable_path``; Playwright's own browser downloads are not needed.
 """
 

@@ -1,0 +1,15 @@
+"""What the notebooks check: ``check(question_id, answer)`` in the practice notebooks,
+``predict``/``reveal`` in the course notebooks, and ``autograde`` for nbgrader.
+
+Layer 8 of lessonkit: imports every layer below it (expected answers are computed by the
+calculator and the catalogs when they are checked), never the command line.
+"""
+
+from .check_result import STATUSES, CheckResult
+from .checking import (answer_key, check, hint, key_points_found, options, question_ids)
+from .expected import bandwidth_ladder
+from .grading import autograde
+from .predictions import predict, reveal
+
+__all__ = ["STATUSES", "CheckResult", "answer_key", "autograde", "bandwidth_ladder", "check",
+           "hint", "key_points_found", "options", "predict", "question_ids", "reveal"]

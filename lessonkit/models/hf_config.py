@@ -1,0 +1,198 @@
+"""Hugging Face configs, offline: a ``config.json`` read and checked, and a shape written back.
+
+This module sits below ``models``: it reads a config into the plain fields of a ModelSpec
+(``spec_fields``) and builds a transformers config from any object with a ModelSpec's
+attributes (``hf_config_from_spec``), so ``models`` imports it and it imports nothing above.
+Every problem with a config (a folder, a loop of links, a file that is not UTF-8 JSON, a list
+where fields belong, a head count of 0 or "32") is a LessonkitError that says what was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import LessonkitError
+from ..safe_repr import short_repr, short_str
+
+# The model_type values lessonkit reads: the families a ModelSpec describes.
+FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gemma2", "gpt2")
+_GELU_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+# A config.json is a few kilobytes; anything this large is not one (e.g. a link to /dev/zero).
+MAX_CONFIG_BYTES = 10 * 2**20
+_MISSING = object()
+
+
+def read_hf_config(config: object) -> tuple[dict[str, Any], str | None]:
+    """The fields of a config (a path to config.json or its folder, a dict, or a transformers
+    config object) and the folder's name as a default model name (None for a dict)."""
+    if isinstance(config, (str, Path)):
+        return _read_file(config)
+    if isinstance(config, Mapping):
+        return dict(config), None
+    if callable(getattr(config, "to_dict", None)):  # a transformers PretrainedConfig
+        data = config.to_dict()
+        if not isinstance(data, dict):
+            raise LessonkitError(f"{type(config).__name__}.to_dict() gave "
+                                 f"{type(data).__name__}, not a dict of config fields.")
+        return data, None
+    raise LessonkitError(f"from_hf_config takes a path or a dict, got {type(config).__name__}.")
+
+
+def _read_file(config: str | Path) -> tuple[dict[str, Any], str]:
+    if not str(config).strip():
+        raise LessonkitError("The config path is empty: give a config.json or the folder holding it.")
+    path = Path(config)
+    shown = short_repr(str(path), 120)
+    try:
+        if path.is_dir():
+            path = path / "config.json"
+            shown = short_repr(str(path), 120)
+        with path.open("rb") as file:
+            raw = file.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise LessonkitError(f"No config.json at {shown}.") from None
+    except IsADirectoryError:
+        raise LessonkitError(f"{shown} is a folder without a config.json file.") from None
+    except PermissionError:
+        raise LessonkitError(f"Cannot read {shown}: permission denied.") from None
+    except (OSError, ValueError) as err:  # a loop of links, a name too long, a NUL byte
+        reason = getattr(err, "strerror", None) or short_str(err, 120)
+        raise LessonkitError(f"Cannot read the config {shown}: {reason}.") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise LessonkitError(f"{shown} is over {MAX_CONFIG_BYTES // 2**20} MiB: not a config.json "
+                             "(those are a few kilobytes of JSON).")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise LessonkitError(f"{shown} is not UTF-8 text (byte {err.start} is "
+                             f"{raw[err.start]:#04x}): a config.json is JSON.") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise LessonkitError(f"{shown} is not valid JSON: {err}.") from None
+    except (ValueError, RecursionError) as err:  # nested too deeply, an integer too long
+        raise LessonkitError(f"{shown} is not a readable config: {short_str(err, 120)}.") from None
+    if not isinstance(data, dict):
+        raise LessonkitError(f"{shown} holds a JSON {_json_kind(data)}, not an object of config "
+                             "fields such as model_type and hidden_size.")
+    return data, path.parent.name or "model"
+
+
+def _json_kind(value: object) -> str:
+    kinds = {list: "list", str: "string", bool: "true/false", int: "number", float: "number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+def _whole(data: Mapping[str, Any], key: str, family: str, default: Any = _MISSING) -> int:
+    """A whole-number field >= 1 of the config (an error for a string, 0, a fraction, ...)."""
+    value = data.get(key)
+    if value is None:
+        if default is _MISSING:
+            raise LessonkitError(f"The {family} config lacks the field {key!r}.")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LessonkitError(f"{key} in the {family} config must be a whole number >= 1, "
+                             f"got {short_repr(value)}.")
+    return value
+
+
+def _flag(data: Mapping[str, Any], key: str, family: str, default: bool) -> bool:
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise LessonkitError(f"{key} in the {family} config must be true or false, "
+                             f"got {short_repr(value)}.")
+    return value
+
+
+def _text(data: Mapping[str, Any], keys: tuple[str, ...], family: str, default: str) -> str:
+    for key in keys:
+        value = data.get(key)
+        if value is not None:
+            if not isinstance(value, str):
+                raise LessonkitError(f"{key} in the {family} config must be a string, "
+                                     f"got {short_repr(value)}.")
+            return value
+    return default
+
+
+def spec_fields(data: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
+    """The keyword arguments of a ModelSpec read from a ``config.json`` dict, each checked."""
+    family = data.get("model_type")
+    if not isinstance(family, str) or family not in FAMILIES:
+        raise LessonkitError(
+            f"Unsupported model_type {short_repr(family)} in the config; lessonkit reads "
+            f"{', '.join(FAMILIES)}. For another decoder-only model, build a ModelSpec by hand."
+        )
+    if name is None:
+        given = data.get("_name_or_path")
+        name = given if isinstance(given, str) and given.strip() else family
+    if family == "gpt2":
+        hidden = _whole(data, "n_embd", family, 768)
+        heads = _whole(data, "n_head", family, 12)
+        return dict(
+            name=name, family="gpt2", n_layers=_whole(data, "n_layer", family, 12),
+            hidden_size=hidden, n_heads=heads, n_kv_heads=heads,
+            intermediate_size=_whole(data, "n_inner", family, 4 * hidden),
+            vocab_size=_whole(data, "vocab_size", family, 50257), tie_embeddings=True,
+            gated_mlp=False, norm="layernorm", attention_bias="all", mlp_bias=True,
+            max_positions=_whole(data, "n_positions", family, 1024),
+            hidden_act=_text(data, ("activation_function",), family, "gelu_new"),
+        )
+    layers = _whole(data, "num_hidden_layers", family)
+    hidden = _whole(data, "hidden_size", family)
+    heads = _whole(data, "num_attention_heads", family)
+    if data.get("head_dim") is None and hidden < heads:
+        raise LessonkitError(f"hidden_size ({hidden}) in the {family} config is smaller than "
+                             f"num_attention_heads ({heads}), and no head_dim is given.")
+    attention_bias = "none"
+    if family == "qwen2":
+        attention_bias = "qkv"
+    elif _flag(data, "attention_bias", family, False):
+        attention_bias = "all"
+    return dict(
+        name=name, family=family, n_layers=layers, hidden_size=hidden, n_heads=heads,
+        n_kv_heads=_whole(data, "num_key_value_heads", family, heads),
+        head_dim=_whole(data, "head_dim", family, hidden // heads),
+        intermediate_size=_whole(data, "intermediate_size", family),
+        vocab_size=_whole(data, "vocab_size", family),
+        tie_embeddings=_flag(data, "tie_word_embeddings", family, family in ("gemma", "gemma2")),
+        gated_mlp=True, norm="rmsnorm", attention_bias=attention_bias,
+        mlp_bias=_flag(data, "mlp_bias", family, False),
+        hidden_act=_text(data, ("hidden_act", "hidden_activation"), family, "silu"),
+        extra={k: data[k] for k in ("final_logit_softcapping", "sliding_window") if k in data},
+    )
+
+
+def hf_config_from_spec(spec: Any) -> Any:
+    """A transformers config that builds a model of this shape (a ModelSpec)."""
+    import transformers
+
+    common = dict(vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_embeddings,
+                  use_cache=False)
+    if spec.family == "gpt2":
+        return transformers.GPT2Config(
+            n_embd=spec.hidden_size, n_layer=spec.n_layers, n_head=spec.n_heads,
+            n_inner=spec.intermediate_size, n_positions=spec.max_positions,
+            activation_function=spec.hidden_act if spec.hidden_act in _GELU_ACTS else "gelu_new",
+            **common)
+    fields = dict(hidden_size=spec.hidden_size, num_hidden_layers=spec.n_layers,
+                  num_attention_heads=spec.n_heads, num_key_value_heads=spec.n_kv_heads,
+                  intermediate_size=spec.intermediate_size, head_dim=spec.head_dim,
+                  hidden_act=spec.hidden_act, **common)
+    if spec.family in ("llama", "mistral"):
+        cls = transformers.LlamaConfig if spec.family == "llama" else transformers.MistralConfig
+        if spec.family == "llama":
+            fields.update(attention_bias=spec.attention_bias != "none", mlp_bias=spec.mlp_bias)
+        return cls(**fields)
+    if spec.family == "qwen2":
+        return transformers.Qwen2Config(**fields)
+    if spec.family == "gemma":
+        fields["hidden_activation"] = fields.pop("hidden_act")
+        return transformers.GemmaConfig(**fields)
+    fields["hidden_activation"] = fields.pop("hidden_act")
+    fields.update({k: v for k, v in spec.extra.items()})
+    return transformers.Gemma2Config(**fields)

@@ -1,0 +1,415 @@
+"""Describing a decoder-only transformer: ModelSpec, presets and Hugging Face configs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple
+
+from ..errors import LessonkitError, normalise_name, unknown_name_message
+from .hf_config import FAMILIES, hf_config_from_spec, read_hf_config, spec_fields
+from ..safe_repr import short_repr
+from ..units import parse_count
+# Linear layers per family, in the names peft uses for ``target_modules``.
+LINEAR_MODULES = {
+    "gpt2": ("c_attn", "c_proj", "c_fc"),
+    "default": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+}
+# peft's default ``target_modules`` per family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
+PEFT_DEFAULT_TARGETS = {"gpt2": ("c_attn",), "default": ("q_proj", "v_proj")}
+
+
+class _DefaultTargets(tuple):
+    """The default of ``lora_targets``: equal to ("q_proj", "v_proj"), but recognisable, so
+    that a family without those modules gets its own peft default instead of an error."""
+
+
+DEFAULT_LORA_TARGETS = _DefaultTargets(PEFT_DEFAULT_TARGETS["default"])
+# Where transformers puts each peft-named linear layer inside a decoder layer.
+_LINEAR_PATHS = {"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj",
+                 "v_proj": "self_attn.v_proj", "o_proj": "self_attn.o_proj",
+                 "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj",
+                 "down_proj": "mlp.down_proj", "c_attn": "attn.c_attn",
+                 "attn.c_proj": "attn.c_proj", "c_fc": "mlp.c_fc", "mlp.c_proj": "mlp.c_proj"}
+_NORM_NAMES = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+               "post_feedforward_layernorm")
+NORMS = ("rmsnorm", "layernorm")
+ATTENTION_BIASES = ("none", "qkv", "all")
+# The largest dimension a ModelSpec takes: far above any model made (hidden sizes reach tens
+# of thousands, vocabularies a few hundred thousand), low enough that every count stays exact.
+MAX_DIMENSION = 10_000_000
+# The longest name a model (preset, size or config path) may have.
+_MAX_NAME = 4096
+
+
+class ParamTensor(NamedTuple):
+    """One parameter tensor: its name as transformers registers it (within a decoder layer, or
+    in the whole model for the outer ones), its shape as stored, and its kind: "linear" (a
+    decoder layer's weight matrix: what LoRA targets and QLoRA quantizes), "bias", "norm",
+    "embed" or "head"."""
+
+    name: str
+    shape: tuple[int, ...]
+    kind: str
+
+
+class ParameterTensors(NamedTuple):
+    """A model's parameter tensors: one decoder layer's (the same in every layer), and the
+    outer ones (embeddings, final norm, untied lm_head)."""
+
+    layer: tuple[ParamTensor, ...]
+    outer: tuple[ParamTensor, ...]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The shape of a decoder-only transformer, enough to count its memory."""
+
+    name: str
+    family: str
+    n_layers: int
+    hidden_size: int
+    n_heads: int
+    n_kv_heads: int
+    intermediate_size: int
+    vocab_size: int
+    head_dim: int | None = None
+    tie_embeddings: bool = False
+    gated_mlp: bool = True
+    norm: str = "rmsnorm"  # or "layernorm" (weight and bias)
+    attention_bias: str = "none"  # "none", "qkv" (Qwen2) or "all" (GPT-2)
+    mlp_bias: bool = False
+    max_positions: int = 0  # learned position embeddings (GPT-2); 0 for rotary models
+    hidden_act: str = "silu"
+    note: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.family, str) or self.family not in FAMILIES:
+            raise LessonkitError(
+                f"Unknown model family {short_repr(self.family)}; supported: {', '.join(FAMILIES)}."
+            )
+        for name in ("name", "hidden_act", "note"):
+            if not isinstance(getattr(self, name), str):
+                raise LessonkitError(f"ModelSpec.{name} must be a string, "
+                                     f"got {short_repr(getattr(self, name))}.")
+        dimensions = ["n_layers", "hidden_size", "n_heads", "n_kv_heads", "intermediate_size",
+                      "vocab_size"] + (["head_dim"] if self.head_dim is not None else [])
+        for name in dimensions + ["max_positions"]:
+            value, least = getattr(self, name), 0 if name == "max_positions" else 1
+            if (isinstance(value, bool) or not isinstance(value, int)
+                    or not least <= value <= MAX_DIMENSION):
+                raise LessonkitError(f"ModelSpec.{name} must be a whole number from {least} to "
+                                     f"{MAX_DIMENSION:,}, got {short_repr(value)}.")
+        for name in ("tie_embeddings", "gated_mlp", "mlp_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise LessonkitError(f"ModelSpec.{name} must be True or False, "
+                                     f"got {short_repr(getattr(self, name))}.")
+        for name, allowed in (("norm", NORMS), ("attention_bias", ATTENTION_BIASES)):
+            if not isinstance(getattr(self, name), str) or getattr(self, name) not in allowed:
+                raise LessonkitError(f"ModelSpec.{name} must be one of {', '.join(allowed)}, "
+                                     f"got {short_repr(getattr(self, name))}.")
+        if not isinstance(self.extra, Mapping):
+            raise LessonkitError(f"ModelSpec.extra must be a dict, got {short_repr(self.extra)}.")
+        if self.n_heads % self.n_kv_heads:
+            raise LessonkitError(
+                f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})."
+            )
+        if self.head_dim is None:
+            if self.hidden_size % self.n_heads:
+                raise LessonkitError("hidden_size must be divisible by n_heads when head_dim is not given.")
+            object.__setattr__(self, "head_dim", self.hidden_size // self.n_heads)
+
+    # ----- parameter counts -------------------------------------------------------------
+    @property
+    def q_size(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in_features, out_features) of each linear layer in one block, by peft name."""
+        h, i = self.hidden_size, self.intermediate_size
+        if self.family == "gpt2":
+            # GPT-2's "c_proj" names both the attention output and the MLP output.
+            return {"c_attn": (h, 3 * h), "attn.c_proj": (h, h), "c_fc": (h, i), "mlp.c_proj": (i, h)}
+        shapes = {"q_proj": (h, self.q_size), "k_proj": (h, self.kv_size),
+                  "v_proj": (h, self.kv_size), "o_proj": (self.q_size, h)}
+        if self.gated_mlp:
+            shapes.update(gate_proj=(h, i), up_proj=(h, i), down_proj=(i, h))
+        else:
+            shapes.update(up_proj=(h, i), down_proj=(i, h))
+        return shapes
+
+    @property
+    def norms_per_layer(self) -> int:
+        return 4 if self.family == "gemma2" else 2
+
+    def parameter_tensors(self) -> ParameterTensors:
+        """Every parameter tensor, named and shaped as transformers creates it: one decoder
+        layer's and the outer ones. The one inventory the parameter counts and the memory
+        estimate are computed from."""
+        return _parameter_tensors(self)
+
+    def _list_parameter_tensors(self) -> ParameterTensors:
+        h, gpt2 = self.hidden_size, self.family == "gpt2"
+
+        def norm(name: str) -> list[ParamTensor]:
+            out = [ParamTensor(f"{name}.weight", (h,), "norm")]
+            return out + ([ParamTensor(f"{name}.bias", (h,), "norm")]
+                          if self.norm == "layernorm" else [])
+
+        linears, biases = [], []
+        for key, (n_in, n_out) in self.linear_shapes().items():
+            path = _LINEAR_PATHS[key]
+            # GPT-2's Conv1D stores (in, out); nn.Linear stores (out, in)
+            linears.append(ParamTensor(f"{path}.weight", (n_in, n_out) if gpt2 else (n_out, n_in),
+                                       "linear"))
+            attention = path.startswith(("self_attn.", "attn."))
+            has_bias = (self.attention_bias == "all" or (self.attention_bias == "qkv"
+                        and key in ("q_proj", "k_proj", "v_proj"))) if attention else self.mlp_bias
+            if has_bias:
+                biases.append(ParamTensor(f"{path}.bias", (n_out,), "bias"))
+        if gpt2:  # every Conv1D has a bias
+            paired = [t for pair in zip(linears, biases) for t in pair]
+            layer = norm("ln_1") + paired[:4] + norm("ln_2") + paired[4:]
+            outer = [ParamTensor("transformer.wte.weight", (self.vocab_size, h), "embed"),
+                     ParamTensor("transformer.wpe.weight", (self.max_positions, h), "embed")]
+            outer += norm("transformer.ln_f")
+        else:
+            layer = linears + biases + [t for name in _NORM_NAMES[:self.norms_per_layer]
+                                        for t in norm(name)]
+            outer = [ParamTensor("model.embed_tokens.weight", (self.vocab_size, h), "embed")]
+            outer += norm("model.norm")
+        if not self.tie_embeddings:
+            outer.append(ParamTensor("lm_head.weight", (self.vocab_size, h), "head"))
+        return ParameterTensors(tuple(layer), tuple(outer))
+
+    def _count(self, *kinds: str) -> int:
+        tensors = self.parameter_tensors()
+        return (self.n_layers * sum(math.prod(t.shape) for t in tensors.layer if t.kind in kinds)
+                + sum(math.prod(t.shape) for t in tensors.outer if t.kind in kinds))
+
+    @property
+    def norm_params(self) -> int:
+        """Parameters of all norm layers (per layer and the final one)."""
+        return self._count("norm")
+
+    @property
+    def linear_params(self) -> int:
+        """Weights of the blocks' linear layers (what LoRA targets and QLoRA quantizes)."""
+        return self._count("linear")
+
+    @property
+    def embedding_params(self) -> int:
+        return self._count("embed")
+
+    @property
+    def lm_head_params(self) -> int:
+        return self._count("head")
+
+    @property
+    def n_params(self) -> int:
+        """Total parameters, as ``sum(p.numel() for p in model.parameters())`` counts them."""
+        return self._count("linear", "bias", "norm", "embed", "head")
+
+    def lora_shapes(self, targets: tuple[str, ...] | str) -> list[tuple[int, int]]:
+        """Per-layer (in, out) of the linear layers that LoRA ``targets`` select."""
+        shapes = self.linear_shapes()
+        if targets == "all-linear":
+            return list(shapes.values())
+        if isinstance(targets, str):
+            targets = (targets,)
+        allowed = LINEAR_MODULES["gpt2" if self.family == "gpt2" else "default"]
+        if not self.gated_mlp and self.family != "gpt2":
+            allowed = tuple(a for a in allowed if a != "gate_proj")
+        chosen = []
+        for target in targets:
+            if target not in allowed:
+                raise LessonkitError(unknown_name_message(target, allowed + ("all-linear",),
+                                                          f"LoRA target for {self.family}"))
+            chosen += [s for key, s in shapes.items() if key.split(".")[-1] == target]
+        return chosen
+
+    @property
+    def default_lora_targets(self) -> tuple[str, ...]:
+        """peft's default LoRA targets for this family (GPT-2: c_attn; others: q_proj, v_proj)."""
+        return PEFT_DEFAULT_TARGETS.get(self.family, PEFT_DEFAULT_TARGETS["default"])
+
+    def resolve_lora_targets(self, targets: tuple[str, ...] | str | None) -> tuple[str, ...] | str:
+        """The targets to use: ``targets`` as given, or this family's peft default where they
+        are None or the untouched default of ``lora_targets`` (DEFAULT_LORA_TARGETS)."""
+        if targets is None or targets is DEFAULT_LORA_TARGETS:
+            return self.default_lora_targets
+        return targets
+
+    def lora_default_note(self, targets: tuple[str, ...] | str) -> str:
+        """A sentence for the assumptions where ``targets`` are this family's own peft default
+        in place of q_proj/v_proj (which it does not have); "" otherwise."""
+        default = self.default_lora_targets
+        if tuple(targets) != default or default == PEFT_DEFAULT_TARGETS["default"]:
+            return ""
+        return (f"{self.family} has no q_proj/v_proj: LoRA goes on {', '.join(default)}, "
+                f"peft's default target for {self.family}.")
+
+    def lora_params(self, rank: int, targets: tuple[str, ...] | str) -> int:
+        """Trainable parameters of LoRA adapters: rank x (in + out) per targeted layer."""
+        return self.n_layers * sum(rank * (a + b) for a, b in self.lora_shapes(targets))
+
+    # ----- conversions --------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("extra")
+        return data
+
+    @classmethod
+    def from_hf_config(cls, config: str | Path | Mapping[str, Any], name: str | None = None) -> "ModelSpec":
+        """Read a Hugging Face ``config.json`` (a path, its folder or a dict); no network is used.
+        A config that cannot be read or holds bad fields is a LessonkitError saying which."""
+        data, folder = read_hf_config(config)
+        return cls(**spec_fields(data, name=name or folder))
+
+    def to_hf_config(self) -> Any:
+        """A transformers config object that builds this model (imports transformers)."""
+        return hf_config_from_spec(self)
+
+
+@lru_cache(maxsize=256)
+def _parameter_tensors(spec: ModelSpec) -> ParameterTensors:
+    return spec._list_parameter_tensors()  # specs are frozen: the same spec, the same list
+
+
+# ----- presets and sizes ------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def _preset_data() -> dict[str, dict[str, Any]]:
+    text = resources.files("lessonkit").joinpath("data/models.json").read_text()
+    return {entry["name"]: entry for entry in json.loads(text)["models"]}
+
+
+def preset_names() -> list[str]:
+    """Names of the model presets shipped with lessonkit."""
+    return list(_preset_data())
+
+
+@lru_cache(maxsize=None)
+def get_preset(name: str) -> ModelSpec:
+    """A preset by name, forgiving case and separators ('Llama-2-7B', 'llama2 7b')."""
+    by_key = {}
+    for key, entry in _preset_data().items():
+        for alias in [key, *entry.get("aliases", [])]:
+            by_key[normalise_name(alias)] = key
+    key = by_key.get(normalise_name(name))
+    if key is None:
+        raise LessonkitError(unknown_name_message(name, preset_names(), "model"))
+    entry = _preset_data()[key]
+    return ModelSpec(name=key, note=f"{entry['source']} (as of {entry['as_of']})", **entry["shape"])
+
+
+def spec_for_size(n_params: float) -> ModelSpec:
+    """A representative Llama-style shape for a bare parameter count, saying which one it is."""
+    if math.isnan(n_params):
+        raise LessonkitError("A model size must be a number of parameters, got nan.")
+    if n_params < 1e6:
+        raise LessonkitError(f"A model size must be at least 1M parameters, got {n_params:g}.")
+    if n_params > 2e12:
+        raise LessonkitError(f"A model size must be at most 2T parameters, got {n_params:g}.")
+    size = _format_count(n_params)
+    for name in _preset_data():
+        entry = _preset_data()[name]
+        if entry.get("represents_size"):
+            spec = get_preset(name)
+            if abs(spec.n_params - n_params) <= 0.15 * n_params:
+                return replace(spec, name=f"{size} ({name} shape)",
+                               note=f"A bare size of {size} is shown as {name} "
+                                    f"({spec.n_params / 1e9:.2f}B parameters).")
+    return _synthetic_llama(n_params, size)
+
+
+def _synthetic_llama(n_params: float, size: str) -> ModelSpec:
+    vocab = 32000
+    # Llama-like proportions: 128 hidden units per layer, MLP 8/3 of hidden, untied head.
+    hidden = 256
+    while True:
+        layers = max(1, round(hidden / 128))
+        if 12 * layers * hidden**2 + 2 * vocab * hidden >= n_params or hidden > 32768:
+            break
+        hidden += 256
+    heads = max(1, hidden // 128)
+    inter = int(math.ceil(hidden * 8 / 3 / 256) * 256)
+    per_layer = 4 * hidden * hidden + 3 * hidden * inter + 2 * hidden
+    layers = max(1, round((n_params - 2 * vocab * hidden - hidden) / per_layer))
+    spec = ModelSpec(name=f"{size} (Llama-style shape)", family="llama", n_layers=layers,
+                     hidden_size=hidden, n_heads=heads, n_kv_heads=heads,
+                     intermediate_size=inter, vocab_size=vocab)
+    return replace(spec, note=f"A bare size of {size} is shown as a Llama-style shape: "
+                              f"{layers} layers of width {hidden} "
+                              f"({spec.n_params / 1e9:.2f}B parameters).")
+
+
+def _format_count(n: float) -> str:
+    return f"{n / 1e9:g}B" if n >= 1e9 else f"{n / 1e6:g}M"
+
+
+def resolve_model(model: object) -> ModelSpec:
+    """Turn a ModelSpec, preset name, size ('7B', 7e9) or HF config dict into a ModelSpec."""
+    if isinstance(model, ModelSpec):
+        return model
+    if isinstance(model, Mapping):
+        return ModelSpec.from_hf_config(model)
+    if isinstance(model, Path):
+        return ModelSpec.from_hf_config(model)
+    if isinstance(model, (int, float)) and not isinstance(model, bool):
+        try:
+            return spec_for_size(float(model))
+        except OverflowError:  # an integer beyond any float
+            return spec_for_size(math.inf)
+    if isinstance(model, str):
+        if not model.strip():
+            raise LessonkitError("The model name is empty: give a preset name (e.g. 'llama-2-7b'), "
+                                 "a size in parameters ('7B') or a config.json path.")
+        if len(model) > _MAX_NAME:
+            raise LessonkitError(f"A model name or path of {len(model):,} characters is too long "
+                                 f"(at most {_MAX_NAME:,}): {short_repr(model)}.")
+        try:
+            return get_preset(model)
+        except LessonkitError as unknown:
+            not_a_preset = unknown
+        try:
+            size = parse_count(model)
+        except LessonkitError:
+            size = None
+        if size is not None:  # a size: out of range says so
+            try:
+                return spec_for_size(size)
+            except LessonkitError as out_of_range:
+                raise LessonkitError(f"{out_of_range} A size counts parameters: '7B', '1.5B', "
+                                     "'350M' (not GB).") from None
+        if model.endswith(".json") or _is_path(model):
+            return ModelSpec.from_hf_config(model)
+        nowhere = " Nor is it a file or folder here." if "/" in model or "\\" in model else ""
+        raise LessonkitError(f"{not_a_preset} Or a size in parameters: '7B', '1.5B', '350M' "
+                             f"(not GB).{nowhere}")
+    try:
+        shown = repr(model)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    except Exception:  # an object that cannot print itself
+        shown = "(unprintable)"
+    raise LessonkitError(
+        f"A model is a preset name (e.g. 'llama-2-7b'), a size ('7B' or 7e9), a ModelSpec or a "
+        f"config dict; got {type(model).__name__} {shown}."
+    )
+
+
+def _is_path(path: str) -> bool:
+    """A folder, or a file or link that exists (a loop of links too): read as a config."""
+    try:
+        return Path(path).is_dir() or os.path.lexists(path)
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a path
+        return False
