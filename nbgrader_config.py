@@ -28,12 +28,15 @@ class DropSolutionOnlyCells(NbGraderPreprocessor):
     """Leave out cells tagged solution-only; point links at exercises/ instead of solutions/."""
 
     def preprocess(self, nb, resources):
-        nb.cells = [cell for cell in nb.cells
-                    if "solution-only" not in cell.metadata.get("tags", [])]
+        nb.cells = [
+            cell for cell in nb.cells if "solution-only" not in cell.metadata.get("tags", [])
+        ]
         for cell in nb.cells:
             cell.source = re.sub(r"\bsolutions/(\d\d_\w+\.ipynb)", r"exercises/\1", cell.source)
         return nb, resources
 
 
 c.GenerateAssignment.preprocessors = [
-    DropSolutionOnlyCells, *GenerateAssignment.class_traits()["preprocessors"].default()]
+    DropSolutionOnlyCells,
+    *GenerateAssignment.class_traits()["preprocessors"].default(),
+]

@@ -47,17 +47,25 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import lessonkit  # noqa: E402
-from lessonkit.models.spec import ModelSpec, resolve_model  # noqa: E402
 from benchmarks import published_runs  # noqa: E402
 from lessonkit.memory.real_bitsandbytes import bitsandbytes  # noqa: E402
+from lessonkit.models.spec import ModelSpec, resolve_model  # noqa: E402
 from tests.memory.test_accuracy import GRID, LARGE, SPECS  # noqa: E402
 
 MiB = 2**20
 
 
 def _settings(kw: dict) -> dict:
-    base = dict(method="full", precision="bf16-mixed", optimizer="adamw", batch_size=1,
-                seq_len=512, gradient_checkpointing=False, n_gpus=1, zero_stage=0)
+    base = dict(
+        method="full",
+        precision="bf16-mixed",
+        optimizer="adamw",
+        batch_size=1,
+        seq_len=512,
+        gradient_checkpointing=False,
+        n_gpus=1,
+        zero_stage=0,
+    )
     return base | kw
 
 
@@ -73,15 +81,26 @@ def gpu_poor_rule(spec: ModelSpec, kw: dict) -> float | None:
     s = _settings(kw)
     if s["n_gpus"] > 1:
         return None
-    h, i, layers, v, heads = (spec.hidden_size, spec.intermediate_size, spec.n_layers,
-                              spec.vocab_size, spec.n_heads)
+    h, i, layers, v, heads = (
+        spec.hidden_size,
+        spec.intermediate_size,
+        spec.n_layers,
+        spec.vocab_size,
+        spec.n_heads,
+    )
     n = v * h * 2 + layers * 4 * h * h + layers * 3 * i * h
     fb, length, batch = 2, s["seq_len"], s["batch_size"]
     model = n * fb
     if s["method"] == "qlora":
         model = model / 4 - n * 2 / 64 + 0.06 * model
-    attn = (length * h * 3 * fb + length * h * 2 * fb + length**2 * heads * fb
-            + length**2 * heads * 4 + length**2 * heads * fb + 3 * length * h * fb)
+    attn = (
+        length * h * 3 * fb
+        + length * h * 2 * fb
+        + length**2 * heads * fb
+        + length**2 * heads * 4
+        + length**2 * heads * fb
+        + 3 * length * h * fb
+    )
     ffn = 2 * h * length * fb + 5 * fb * length * i + i * length * fb
     norm = length * 4 * 2 + length * h * fb * 6
     act = (attn + ffn + norm) * layers * batch
@@ -108,7 +127,8 @@ def eleuther_rule(spec: ModelSpec, kw: dict) -> float | None:
     weights = (4 if fp32 else 2) * n
     grads = (4 if fp32 else 2) * n
     states = {"adamw-8bit": 6, "paged-adamw-8bit": 6, "sgd": 4, "sgd-momentum": 8}.get(
-        s["optimizer"], 12)
+        s["optimizer"], 12
+    )
     if fp32:
         states -= 4  # no separate fp32 copy
     optimizer = states * n
@@ -118,7 +138,13 @@ def eleuther_rule(spec: ModelSpec, kw: dict) -> float | None:
         grads /= gpus
     if zero >= 3:
         weights /= gpus
-    sq, b, h, layers, a = s["seq_len"], s["batch_size"], spec.hidden_size, spec.n_layers, spec.n_heads
+    sq, b, h, layers, a = (
+        s["seq_len"],
+        s["batch_size"],
+        spec.hidden_size,
+        spec.n_layers,
+        spec.n_heads,
+    )
     if s["gradient_checkpointing"]:
         act = 2 * sq * b * h * layers
     else:
@@ -128,8 +154,10 @@ def eleuther_rule(spec: ModelSpec, kw: dict) -> float | None:
 
 GUIDE_GB_FOR_7B = (120e9, 160e9)  # "Total needed for training: ~120GB to 160GB!"
 GUIDE_BYTES_PER_PARAM = [gb / 7e9 for gb in GUIDE_GB_FOR_7B]  # 17.1 .. 22.9
-GUIDE_LABEL = (f"guide ~120-160 GB per 7B ({GUIDE_BYTES_PER_PARAM[0]:.0f}-"
-               f"{GUIDE_BYTES_PER_PARAM[1]:.0f} B/param)")
+GUIDE_LABEL = (
+    f"guide ~120-160 GB per 7B ({GUIDE_BYTES_PER_PARAM[0]:.0f}-"
+    f"{GUIDE_BYTES_PER_PARAM[1]:.0f} B/param)"
+)
 
 
 def guide_rule(spec: ModelSpec, kw: dict) -> float | None:
@@ -139,8 +167,12 @@ def guide_rule(spec: ModelSpec, kw: dict) -> float | None:
     return statistics.mean(GUIDE_BYTES_PER_PARAM) * spec.n_params
 
 
-RULES = {"accelerate": accelerate_rule, "gpu_poor": gpu_poor_rule,
-         "EleutherAI": eleuther_rule, GUIDE_LABEL: guide_rule}
+RULES = {
+    "accelerate": accelerate_rule,
+    "gpu_poor": gpu_poor_rule,
+    "EleutherAI": eleuther_rule,
+    GUIDE_LABEL: guide_rule,
+}
 STAND_IN = "†"
 
 
@@ -157,46 +189,60 @@ def guide_case() -> None:
     """The lesson's case: a 7B model, full fine-tuning in 16-bit, next to '~120-160 GB'."""
     GB = 1e9
     print("## The guide's case: 7B, full fine-tuning, 16-bit\n")
-    print("The guide says: \"Total needed for training: ~120GB to 160GB\" and its table puts full "
-          "SFT of a 7B model on one 80 GB A100. On one GPU (llama-2-7b shape, batch 1 x 512, "
-          "CUDA context and allocator margin included):\n")
+    print(
+        'The guide says: "Total needed for training: ~120GB to 160GB" and its table puts full '
+        "SFT of a 7B model on one 80 GB A100. On one GPU (llama-2-7b shape, batch 1 x 512, "
+        "CUDA context and allocator margin included):\n"
+    )
     print("| precision / optimizer | weights + gradients + states | peak per GPU | fits 80 GB |")
     print("|---|---|---|---|")
-    for precision, optimizer in [("bf16-mixed", "adamw"), ("bf16-mixed", "adamw-fused"),
-                                 ("bf16-mixed", "adamw-8bit"), ("bf16", "adamw")]:
+    for precision, optimizer in [
+        ("bf16-mixed", "adamw"),
+        ("bf16-mixed", "adamw-fused"),
+        ("bf16-mixed", "adamw-8bit"),
+        ("bf16", "adamw"),
+    ]:
         r = lessonkit.estimate("llama-2-7b", precision=precision, optimizer=optimizer)
         est = r.settings["estimated"]
         static = est["weight_bytes"] + est["gradient_bytes"] + est["optimizer_bytes"]
-        print(f"| {precision} / {optimizer} | {static / GB:.1f} GB "
-              f"({static / r.model.n_params:.1f} B/param) | {r.total_bytes / GB:.1f} GB "
-              f"(peak in the {r.peak_phase}) | {'yes' if r.fits(80e9) else 'no'} |")
-    print("\nWhy: mixed-precision AdamW keeps fp32 weights, fp32 gradients and two fp32 states, "
-          "16 bytes per parameter = 108 GB for 6.74B parameters before any activation; "
-          "PyTorch's default (foreach) AdamW step adds one more parameter-sized temporary, so "
-          "the peak lands inside the guide's 120-160 GB. One 80 GB A100 cannot hold it without "
-          "sharding (ZeRO / FSDP over several GPUs), optimizer offload or 8-bit states; pure "
-          "bf16 training (8 B/param) fits but loses precision in the updates.\n")
+        print(
+            f"| {precision} / {optimizer} | {static / GB:.1f} GB "
+            f"({static / r.model.n_params:.1f} B/param) | {r.total_bytes / GB:.1f} GB "
+            f"(peak in the {r.peak_phase}) | {'yes' if r.fits(80e9) else 'no'} |"
+        )
+    print(
+        "\nWhy: mixed-precision AdamW keeps fp32 weights, fp32 gradients and two fp32 states, "
+        "16 bytes per parameter = 108 GB for 6.74B parameters before any activation; "
+        "PyTorch's default (foreach) AdamW step adds one more parameter-sized temporary, so "
+        "the peak lands inside the guide's 120-160 GB. One 80 GB A100 cannot hold it without "
+        "sharding (ZeRO / FSDP over several GPUs), optimizer offload or 8-bit states; pure "
+        "bf16 training (8 B/param) fits but loses precision in the updates.\n"
+    )
 
 
 def zero3_case() -> None:
     """Full fine-tuning of a 70B model with ZeRO-3 in bf16 mixed precision, per GPU."""
     GB = 1e9
     print("## ZeRO-3 with mixed precision: full fine-tuning of Llama-2-70B\n")
-    print("`zero_stage=3` with `bf16-mixed` is FSDP's mixed precision (FSDP2 "
-          "`MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)`, as "
-          "accelerate/Trainer and DeepSpeed ZeRO-3 with bf16 run it): fp32 shards of the "
-          "weights, gradients and AdamW states, each layer gathered in bf16 and freed after use. "
-          "Autocast over an fp32 FSDP model would instead keep a bf16 copy of every layer's "
-          "weights until its backward, about 2 bytes per parameter on every GPU whatever their "
-          "number. Batch 1 x 512, foreach AdamW, CUDA context and allocator margin included:\n")
+    print(
+        "`zero_stage=3` with `bf16-mixed` is FSDP's mixed precision (FSDP2 "
+        "`MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)`, as "
+        "accelerate/Trainer and DeepSpeed ZeRO-3 with bf16 run it): fp32 shards of the "
+        "weights, gradients and AdamW states, each layer gathered in bf16 and freed after use. "
+        "Autocast over an fp32 FSDP model would instead keep a bf16 copy of every layer's "
+        "weights until its backward, about 2 bytes per parameter on every GPU whatever their "
+        "number. Batch 1 x 512, foreach AdamW, CUDA context and allocator margin included:\n"
+    )
     print("| GPUs | weights + gradients + states per GPU | peak per GPU | fits 80 GB |")
     print("|---|---|---|---|")
     for n in (8, 16, 32, 64):
         r = lessonkit.estimate("llama-2-70b", n_gpus=n, zero_stage=3)
         est = r.settings["estimated"]
         static = est["weight_bytes"] + est["gradient_bytes"] + est["optimizer_bytes"]
-        print(f"| {n} | {static / GB:.1f} GB | {r.total_bytes / GB:.1f} GB (peak in the "
-              f"{r.peak_phase}) | {'yes' if r.fits(80e9) else 'no'} |")
+        print(
+            f"| {n} | {static / GB:.1f} GB | {r.total_bytes / GB:.1f} GB (peak in the "
+            f"{r.peak_phase}) | {'yes' if r.fits(80e9) else 'no'} |"
+        )
     print()
 
 
@@ -221,8 +267,13 @@ def main() -> None:
         err = (ours.tensor_bytes - m) / m
         errors.append(abs(err))
         marker = f" {STAND_IN}" if uses_stand_ins(kw) else ""
-        cells = [spec.name, describe(kw) + marker, f"{m / MiB:,.1f}",
-                 f"{ours.tensor_bytes / MiB:,.1f}", f"{err:+.2%}"]
+        cells = [
+            spec.name,
+            describe(kw) + marker,
+            f"{m / MiB:,.1f}",
+            f"{ours.tensor_bytes / MiB:,.1f}",
+            f"{err:+.2%}",
+        ]
         for name, rule in RULES.items():
             value = rule(spec, kw)
             if value is None:
@@ -241,51 +292,67 @@ def main() -> None:
     per_call = (time.perf_counter() - start) / n_calls
 
     print("# Accuracy of the VRAM calculator\n")
-    print("Generated by `python benchmarks/accuracy.py`; the same configurations are asserted by "
-          "`tests/memory/test_accuracy.py`.\n")
-    print("*Measured* is the peak of live tensors in one steady-state training step, followed "
-          "storage by storage under FakeTensorMode on CPU (`lessonkit.measure`); *ours* is "
-          "`lessonkit.estimate(..., device=\"cpu\")`. Both leave out the CUDA context and the "
-          "allocator margin (on a GPU the estimate adds them from "
-          "`lessonkit/data/cuda_constants.json`). Sizes in MiB. The rules' columns show what "
-          "each rule would have said and its error against the measurement. The guide gives no "
-          "bytes-per-parameter rule, only \"~120GB to 160GB\" for a 7B model: its column takes "
-          f"that as {GUIDE_BYTES_PER_PARAM[0]:.1f}-{GUIDE_BYTES_PER_PARAM[1]:.1f} bytes per "
-          f"parameter (120e9 / 7e9 to 160e9 / 7e9) at the midpoint, "
-          f"{statistics.mean(GUIDE_BYTES_PER_PARAM):.0f} B/param.\n")
-    print("Memory savers that recipes turn on are measured with the code that implements them: "
-          "`activation_offload` with the two hooks of `torch.autograd.graph.save_on_cpu` (on "
-          "CPU, where save_on_cpu copies nothing, the hooks make the host copies and the "
-          "tracker keeps them off the device's figure); `optimizer_in_backward` with one "
-          "optimizer per parameter stepped by `register_post_accumulate_grad_hook`, as "
-          "torchtune's `optimizer_in_bwd`; `loss=\"chunked\"` with the lines of torchtune's "
-          "`CEWithChunkedOutputLoss` (torchtune/modules/loss/ce_chunked_output_loss.py) and "
-          "its recipes' chunked model output (torchtune itself is not installed: it needs "
-          "torchao). `no_sync` (gradients reduced on the last micro-batch only, what the "
-          "Trainer does under FSDP) with FSDP2's own `set_requires_gradient_sync(False)` on "
-          "the simulated ranks.\n")
+    print(
+        "Generated by `python benchmarks/accuracy.py`; the same configurations are asserted by "
+        "`tests/memory/test_accuracy.py`.\n"
+    )
+    print(
+        "*Measured* is the peak of live tensors in one steady-state training step, followed "
+        "storage by storage under FakeTensorMode on CPU (`lessonkit.measure`); *ours* is "
+        '`lessonkit.estimate(..., device="cpu")`. Both leave out the CUDA context and the '
+        "allocator margin (on a GPU the estimate adds them from "
+        "`lessonkit/data/cuda_constants.json`). Sizes in MiB. The rules' columns show what "
+        "each rule would have said and its error against the measurement. The guide gives no "
+        'bytes-per-parameter rule, only "~120GB to 160GB" for a 7B model: its column takes '
+        f"that as {GUIDE_BYTES_PER_PARAM[0]:.1f}-{GUIDE_BYTES_PER_PARAM[1]:.1f} bytes per "
+        f"parameter (120e9 / 7e9 to 160e9 / 7e9) at the midpoint, "
+        f"{statistics.mean(GUIDE_BYTES_PER_PARAM):.0f} B/param.\n"
+    )
+    print(
+        "Memory savers that recipes turn on are measured with the code that implements them: "
+        "`activation_offload` with the two hooks of `torch.autograd.graph.save_on_cpu` (on "
+        "CPU, where save_on_cpu copies nothing, the hooks make the host copies and the "
+        "tracker keeps them off the device's figure); `optimizer_in_backward` with one "
+        "optimizer per parameter stepped by `register_post_accumulate_grad_hook`, as "
+        "torchtune's `optimizer_in_bwd`; `loss=\"chunked\"` with the lines of torchtune's "
+        "`CEWithChunkedOutputLoss` (torchtune/modules/loss/ce_chunked_output_loss.py) and "
+        "its recipes' chunked model output (torchtune itself is not installed: it needs "
+        "torchao). `no_sync` (gradients reduced on the last micro-batch only, what the "
+        "Trainer does under FSDP) with FSDP2's own `set_requires_gradient_sync(False)` on "
+        "the simulated ranks.\n"
+    )
     stand_in_rows = sum(uses_stand_ins(kw) for _, kw in cases)
     print(f"- configurations: {len(rows)}")
-    print(f"- ours: median |error| {statistics.median(errors):.2%}, "
-          f"worst {max(errors):.2%} (targets: median within 2%, every one within 5%)")
+    print(
+        f"- ours: median |error| {statistics.median(errors):.2%}, "
+        f"worst {max(errors):.2%} (targets: median within 2%, every one within 5%)"
+    )
     bnb = bitsandbytes()
     if bnb is not None:
-        print(f"- {STAND_IN} {stand_in_rows} configurations use QLoRA or an 8-bit optimizer: "
-              f"measured with bitsandbytes {bnb.__version__} itself on CPU under "
-              "FakeTensorMode (its Linear4bit, AdamW8bit and PagedAdamW8bit; paged states fall "
-              "back to ordinary ones on CPU); no row uses a stand-in")
+        print(
+            f"- {STAND_IN} {stand_in_rows} configurations use QLoRA or an 8-bit optimizer: "
+            f"measured with bitsandbytes {bnb.__version__} itself on CPU under "
+            "FakeTensorMode (its Linear4bit, AdamW8bit and PagedAdamW8bit; paged states fall "
+            "back to ordinary ones on CPU); no row uses a stand-in"
+        )
     else:
-        print(f"- {STAND_IN} {stand_in_rows} configurations use QLoRA or an 8-bit optimizer: "
-              "bitsandbytes is not installed here, so `measure` runs stand-ins written from its "
-              "storage layout (`lessonkit/memory/standins.py`) for all of them; install it (the dev "
-              "extra) to measure bitsandbytes itself")
+        print(
+            f"- {STAND_IN} {stand_in_rows} configurations use QLoRA or an 8-bit optimizer: "
+            "bitsandbytes is not installed here, so `measure` runs stand-ins written from its "
+            "storage layout (`lessonkit/memory/standins.py`) for all of them; install it (the dev "
+            "extra) to measure bitsandbytes itself"
+        )
     for name, errs in rule_errors.items():
         if errs:
-            print(f"- {name}: median |error| {statistics.median(errs):.0%}, worst "
-                  f"{max(errs):.0%} over the {len(errs)} configurations it models")
-    print(f"- time per `estimate` call (llama-2-7b, batch 4 x 1024): {per_call * 1e6:.0f} us; "
-          f"per `measure` call: median {statistics.median(measure_times):.2f} s, "
-          f"longest {max(measure_times):.1f} s\n")
+            print(
+                f"- {name}: median |error| {statistics.median(errs):.0%}, worst "
+                f"{max(errs):.0%} over the {len(errs)} configurations it models"
+            )
+    print(
+        f"- time per `estimate` call (llama-2-7b, batch 4 x 1024): {per_call * 1e6:.0f} us; "
+        f"per `measure` call: median {statistics.median(measure_times):.2f} s, "
+        f"longest {max(measure_times):.1f} s\n"
+    )
     guide_case()
     zero3_case()
     header = ["model", "settings", "measured", "ours", "error", *RULES]

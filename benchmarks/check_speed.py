@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lessonkit.exercises.checking import check, question_ids  # noqa: E402
+from lessonkit.exercises.checking import check, question_ids
 
 
 class Raises:

@@ -12,12 +12,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import lessonkit  # noqa: E402
+import lessonkit
 
 CASES = [
     ("llama-2-7b", dict()),
-    ("llama-3.1-8b", dict(method="qlora", batch_size=4, seq_len=1024,
-                          gradient_checkpointing=True)),
+    ("llama-3.1-8b", dict(method="qlora", batch_size=4, seq_len=1024, gradient_checkpointing=True)),
     ("qwen2.5-7b", dict(method="lora", lora_targets="all-linear", attention="eager")),
     ("llama-3.1-70b", dict(n_gpus=8, zero_stage=3, optimizer="adamw-8bit")),
     ("gpt2", dict(precision="fp32", optimizer="adafactor")),

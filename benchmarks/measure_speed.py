@@ -29,14 +29,25 @@ def main() -> None:
     cases = [
         ("gpt2, full, bf16-mixed, batch 1 x 512", "gpt2", dict(lora_targets=("c_attn",))),
         ("qwen2.5-0.5b, full, bf16, batch 1 x 512", "qwen2.5-0.5b", dict(precision="bf16")),
-        ("qwen2.5-0.5b, qlora, batch 4 x 1024, checkpointing", "qwen2.5-0.5b",
-         dict(method="qlora", batch_size=4, seq_len=1024, gradient_checkpointing=True)),
-        ("qwen2.5-0.5b, ZeRO-3 over 8 GPUs", "qwen2.5-0.5b",
-         dict(precision="bf16", n_gpus=8, zero_stage=3)),
+        (
+            "qwen2.5-0.5b, qlora, batch 4 x 1024, checkpointing",
+            "qwen2.5-0.5b",
+            dict(method="qlora", batch_size=4, seq_len=1024, gradient_checkpointing=True),
+        ),
+        (
+            "qwen2.5-0.5b, ZeRO-3 over 8 GPUs",
+            "qwen2.5-0.5b",
+            dict(precision="bf16", n_gpus=8, zero_stage=3),
+        ),
     ]
     if not args.skip_7b:
-        cases += [("llama-2-7b, full, bf16, AdamW foreach, batch 1 x 512", "llama-2-7b",
-                   dict(precision="bf16"))]
+        cases += [
+            (
+                "llama-2-7b, full, bf16, AdamW foreach, batch 1 x 512",
+                "llama-2-7b",
+                dict(precision="bf16"),
+            )
+        ]
     print(f"{'case':<55}{'median s':>10}{'peak GiB':>10}")
     for name, model, kwargs in cases:
         times = []

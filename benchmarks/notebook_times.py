@@ -23,8 +23,12 @@ def main() -> None:
     total = startup = 0.0
     for path in sorted(NOTEBOOKS.glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        client = NotebookClient(nb, timeout=600, kernel_name="python3",
-                                resources={"metadata": {"path": str(path.parent)}})
+        client = NotebookClient(
+            nb,
+            timeout=600,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(path.parent)}},
+        )
         start = time.perf_counter()
         with client.setup_kernel():
             ready = time.perf_counter()

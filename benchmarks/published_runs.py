@@ -17,7 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.memory.test_published_runs import (  # noqa: E402
-    DATA, ROWS, error, estimated_gb, median_error, single_gpu)
+    DATA,
+    ROWS,
+    error,
+    estimated_gb,
+    median_error,
+    single_gpu,
+)
 
 
 def sentence(text: str) -> str:
@@ -30,20 +36,24 @@ def cell(text: str) -> str:
 
 def main() -> None:
     print("## Published runs\n")
-    print("Runs whose peak memory was published with complete settings, next to the estimate "
-          "with the same settings (`tests/published_runs.json`, asserted by "
-          "`tests/memory/test_published_runs.py`; this section is printed by "
-          "`benchmarks/published_runs.py`). Sizes in GB (1e9 bytes), as the sources give them. "
-          "*Measured* says what the source measured; the estimate's figure is its tensor peak "
-          "(no CUDA context, no allocator margin), the counterpart of "
-          "`torch.cuda.max_memory_allocated`. Each row in the JSON file also quotes the "
-          "source's line and the settings it was read from.\n")
+    print(
+        "Runs whose peak memory was published with complete settings, next to the estimate "
+        "with the same settings (`tests/published_runs.json`, asserted by "
+        "`tests/memory/test_published_runs.py`; this section is printed by "
+        "`benchmarks/published_runs.py`). Sizes in GB (1e9 bytes), as the sources give them. "
+        "*Measured* says what the source measured; the estimate's figure is its tensor peak "
+        "(no CUDA context, no allocator margin), the counterpart of "
+        "`torch.cuda.max_memory_allocated`. Each row in the JSON file also quotes the "
+        "source's line and the settings it was read from.\n"
+    )
     for key, source in DATA["sources"].items():
-        print(f"- **{key}**: {source['title']}: `{source['repository']}` "
-              f"`{source['path']}` at commit `{source['commit']}` ({source['url']}), "
-              f"as of {source['as_of']} ({source['as_of_basis']}) "
-              f"Run: {sentence(source['run'])} Settings: {sentence(source['settings_from'])} "
-              f"Measured: {sentence(source['measured'])} {source['differences']}")
+        print(
+            f"- **{key}**: {source['title']}: `{source['repository']}` "
+            f"`{source['path']}` at commit `{source['commit']}` ({source['url']}), "
+            f"as of {source['as_of']} ({source['as_of_basis']}) "
+            f"Run: {sentence(source['run'])} Settings: {sentence(source['settings_from'])} "
+            f"Measured: {sentence(source['measured'])} {source['differences']}"
+        )
     rows = single_gpu(ROWS)
     print("\nMedian |error| (target: within 10% over the single-GPU rows of all sources):\n")
     print("| source | single-GPU rows | median \\|error\\| | worst |")
@@ -51,17 +61,23 @@ def main() -> None:
     for key in DATA["sources"]:
         mine = [r for r in rows if r["source"] == key]
         if mine:
-            print(f"| {key} | {len(mine)} | {median_error(mine):.1%} | "
-                  f"{max(abs(error(r)) for r in mine):.1%} |")
-    print(f"| **all** | {len(rows)} | **{median_error(rows):.1%}** | "
-          f"{max(abs(error(r)) for r in rows):.1%} |\n")
+            print(
+                f"| {key} | {len(mine)} | {median_error(mine):.1%} | "
+                f"{max(abs(error(r)) for r in mine):.1%} |"
+            )
+    print(
+        f"| **all** | {len(rows)} | **{median_error(rows):.1%}** | "
+        f"{max(abs(error(r)) for r in rows):.1%} |\n"
+    )
     print("| source | run | published | estimate | error | in target | note | explained |")
     print("|---|---|---|---|---|---|---|---|")
     for row in ROWS:
-        print(f"| {row['source']} | {row['label']} | {row['published_gb']:.2f} | "
-              f"{estimated_gb(row):.2f} | {error(row):+.1%} | "
-              f"{'yes' if row['in_target'] else 'no'} | {cell(row.get('note', ''))} | "
-              f"{cell(row.get('explained', ''))} |")
+        print(
+            f"| {row['source']} | {row['label']} | {row['published_gb']:.2f} | "
+            f"{estimated_gb(row):.2f} | {error(row):+.1%} | "
+            f"{'yes' if row['in_target'] else 'no'} | {cell(row.get('note', ''))} | "
+            f"{cell(row.get('explained', ''))} |"
+        )
     print("\nNot compared yet:\n")
     for item in DATA["not_compared"]:
         print(f"- {item['source']}: {item['runs']}; needs {item['needs']}.")

@@ -31,20 +31,30 @@ def main() -> None:
     import lessonkit
     from lessonkit.planning.fitting import clear_estimate_cache
 
-    cases = {"7B, low budget": dict(model="7B", budget="low"),
-             "70B, 20M tokens": dict(model="70B", tokens="20M"),
-             "2T full (nothing fits)": dict(model="2T", method="full")}
+    cases = {
+        "7B, low budget": dict(model="7B", budget="low"),
+        "70B, 20M tokens": dict(model="70B", tokens="20M"),
+        "2T full (nothing fits)": dict(model="2T", method="full"),
+    }
     for name, kwargs in cases.items():
+
         def cold() -> None:
             clear_estimate_cache()
             lessonkit.recommend(**kwargs)
-        print(f"recommend {name:<24} cold {median_ms(cold, args.repeats):8.1f} ms   "
-              f"cached {median_ms(lambda: lessonkit.recommend(**kwargs), args.repeats):8.1f} ms")
+
+        print(
+            f"recommend {name:<24} cold {median_ms(cold, args.repeats):8.1f} ms   "
+            f"cached {median_ms(lambda: lessonkit.recommend(**kwargs), args.repeats):8.1f} ms"
+        )
     start = time.perf_counter()
     lessonkit.check_gpu_health()
-    print(f"check_gpu_health first call (imports torch)   {(time.perf_counter() - start) * 1e3:8.1f} ms")
-    print(f"check_gpu_health again                        "
-          f"{median_ms(lessonkit.check_gpu_health, args.repeats):8.1f} ms")
+    print(
+        f"check_gpu_health first call (imports torch)   {(time.perf_counter() - start) * 1e3:8.1f} ms"
+    )
+    print(
+        f"check_gpu_health again                        "
+        f"{median_ms(lessonkit.check_gpu_health, args.repeats):8.1f} ms"
+    )
 
 
 if __name__ == "__main__":

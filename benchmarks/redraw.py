@@ -39,8 +39,10 @@ def timings(action, values, repeats: int) -> tuple[list[float], list[float]]:
 def summary(name: str, ms: tuple[list[float], list[float]]) -> str:
     wall, cpu = sorted(ms[0]), ms[1]
     p90 = wall[min(len(wall) - 1, int(0.9 * len(wall)))]
-    return (f"{name:<44} median {statistics.median(wall):6.1f} ms   p90 {p90:6.1f} ms   "
-            f"(CPU median {statistics.median(cpu):5.1f} ms, n={len(wall)})")
+    return (
+        f"{name:<44} median {statistics.median(wall):6.1f} ms   p90 {p90:6.1f} ms   "
+        f"(CPU median {statistics.median(cpu):5.1f} ms, n={len(wall)})"
+    )
 
 
 def main() -> None:
@@ -51,8 +53,8 @@ def main() -> None:
     from matplotlib.figure import Figure
 
     from lessonkit import charts
-    from lessonkit.widgets import explorers as widgets
     from lessonkit.memory.estimating import estimate
+    from lessonkit.widgets import explorers as widgets
 
     batches = list(range(1, 65))
     explorer = widgets.vram_explorer("7B", method="lora")
@@ -61,19 +63,36 @@ def main() -> None:
         explorer.controls["batch_size"].value = value
 
     move_batch(2)  # warm-up
-    lines = [summary("vram_explorer: batch slider (reused figure)",
-                     timings(move_batch, batches, args.repeats))]
+    lines = [
+        summary(
+            "vram_explorer: batch slider (reused figure)",
+            timings(move_batch, batches, args.repeats),
+        )
+    ]
     methods = ["full", "lora", "qlora"] * 10
-    lines.append(summary("vram_explorer: method toggle",
-                         timings(lambda v: setattr(explorer.controls["method"], "value", v),
-                                 methods, 1)))
+    lines.append(
+        summary(
+            "vram_explorer: method toggle",
+            timings(lambda v: setattr(explorer.controls["method"], "value", v), methods, 1),
+        )
+    )
     # the memory savers: checkpointing, activation offload, chunked loss, optimizer in backward
-    savers = [("gradient_checkpointing", True), ("activation_offload", True), ("loss", "chunked"),
-              ("loss", "standard"), ("activation_offload", True), ("gradient_checkpointing", False),
-              ("optimizer_in_backward", True), ("optimizer_in_backward", False)] * 5
-    lines.append(summary("vram_explorer: memory-saver controls",
-                         timings(lambda nv: setattr(explorer.controls[nv[0]], "value", nv[1]),
-                                 savers, 1)))
+    savers = [
+        ("gradient_checkpointing", True),
+        ("activation_offload", True),
+        ("loss", "chunked"),
+        ("loss", "standard"),
+        ("activation_offload", True),
+        ("gradient_checkpointing", False),
+        ("optimizer_in_backward", True),
+        ("optimizer_in_backward", False),
+    ] * 5
+    lines.append(
+        summary(
+            "vram_explorer: memory-saver controls",
+            timings(lambda nv: setattr(explorer.controls[nv[0]], "value", nv[1]), savers, 1),
+        )
+    )
 
     def new_figure(value: int) -> None:
         fig = Figure(figsize=(7.5, 3.6), dpi=widgets.CHART_DPI)
@@ -83,15 +102,34 @@ def main() -> None:
 
     lines.append(summary("same chart as a new figure per change", timings(new_figure, batches, 1)))
     for name, make, control, values in (
-            ("gpu_matrix_explorer: batch slider", widgets.gpu_matrix_explorer, "batch_size",
-             batches[::4]),
-            ("environment_explorer: batch slider", widgets.environment_explorer, "batch_size",
-             batches[::4]),
-            ("decision_flow_explorer: size menu", widgets.decision_flow_explorer, "size",
-             list(widgets.MODEL_SIZES))):
+        (
+            "gpu_matrix_explorer: batch slider",
+            widgets.gpu_matrix_explorer,
+            "batch_size",
+            batches[::4],
+        ),
+        (
+            "environment_explorer: batch slider",
+            widgets.environment_explorer,
+            "batch_size",
+            batches[::4],
+        ),
+        (
+            "decision_flow_explorer: size menu",
+            widgets.decision_flow_explorer,
+            "size",
+            list(widgets.MODEL_SIZES),
+        ),
+    ):
         other = make()
-        lines.append(summary(name, timings(
-            lambda v, o=other, c=control: setattr(o.controls[c], "value", v), values, 1)))
+        lines.append(
+            summary(
+                name,
+                timings(
+                    lambda v, o=other, c=control: setattr(o.controls[c], "value", v), values, 1
+                ),
+            )
+        )
     print("\n".join(lines))
 
 

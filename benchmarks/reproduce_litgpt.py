@@ -60,11 +60,17 @@ from lessonkit.memory.tracking import Tracker, storage_keys  # noqa: E402
 from tests.memory.test_published_runs import estimated_gb  # noqa: E402
 
 LITGPT = "0.4.9"
-INSTALL = ("pip install --no-deps litgpt==0.4.9 lightning==2.4.0 lightning-utilities==0.15.3 "
-           "torchmetrics==1.9.0")
+INSTALL = (
+    "pip install --no-deps litgpt==0.4.9 lightning==2.4.0 lightning-utilities==0.15.3 "
+    "torchmetrics==1.9.0"
+)
 SOURCES = {"hub": "litgpt-config-hub-2024", "fsdp": "litgpt-2023-multi-gpu"}
-LITGPT_NAMES = {"llama-2-7b": "Llama-2-7b-hf", "llama-2-13b": "Llama-2-13b-hf",
-                "mistral-7b": "Mistral-7B-v0.1", "llama-3.1-8b": "Llama-3.1-8B"}
+LITGPT_NAMES = {
+    "llama-2-7b": "Llama-2-7b-hf",
+    "llama-2-13b": "Llama-2-13b-hf",
+    "mistral-7b": "Mistral-7B-v0.1",
+    "llama-3.1-8b": "Llama-3.1-8B",
+}
 ALPACA_LONGEST = 1304  # the 2023 tables' model.max_seq_length: the longest Llama 2 Alpaca example
 LATER_LENGTH = 256  # a later micro-batch: random Alpaca samples, mostly far shorter
 FSDP_CYCLE, FSDP_MICRO_BATCHES = 3, 5  # two accumulation cycles: no_sync before and after a step
@@ -73,17 +79,21 @@ FSDP_CYCLE, FSDP_MICRO_BATCHES = 3, 5  # two accumulation cycles: no_sync before
 def require_litgpt() -> None:
     """Exit with one line saying how to install litgpt when it is missing or another version."""
     try:
-        import litgpt.lora  # noqa: F401
+        import litgpt.lora
         import litgpt.utils  # noqa: F401
+
         version = importlib.metadata.version("litgpt")
     except ImportError as exc:
-        raise SystemExit(f"reproduce_litgpt.py needs litgpt {LITGPT} (not a dependency of "
-                         f"lessonkit; missing {exc.name}): {INSTALL}") from None
+        raise SystemExit(
+            f"reproduce_litgpt.py needs litgpt {LITGPT} (not a dependency of "
+            f"lessonkit; missing {exc.name}): {INSTALL}"
+        ) from None
     if version != LITGPT:
         raise SystemExit(f"reproduce_litgpt.py needs litgpt {LITGPT}, found {version}: {INSTALL}")
 
 
 # ----- bitsandbytes 0.42.0's 4-bit layer, its memory behaviour on any device ------------------
+
 
 class MatMul4bit(torch.autograd.Function):
     """bitsandbytes 0.42.0 autograd/_functions.py MatMul4Bit, by what it allocates and keeps.
@@ -101,7 +111,7 @@ class MatMul4bit(torch.autograd.Function):
     kept: set[int] = set()  # storages of the inputs kept so far, for the breakdown
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, packed: torch.Tensor, layer: "Linear4bit") -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, packed: torch.Tensor, layer: Linear4bit) -> torch.Tensor:
         ctx.layer = layer
         ctx.tensors = (x, packed) if any(ctx.needs_input_grad[:2]) else (None, None)
         if ctx.tensors[0] is not None:
@@ -123,8 +133,9 @@ class Linear4bit(nn.Module):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         n = in_features * out_features
-        self.weight = nn.Parameter(torch.empty((n + 1) // 2, 1, dtype=torch.uint8),
-                                   requires_grad=False)
+        self.weight = nn.Parameter(
+            torch.empty((n + 1) // 2, 1, dtype=torch.uint8), requires_grad=False
+        )
         self.register_buffer("absmax", torch.empty(math.ceil(n / 64), dtype=torch.float32))
         self.register_buffer("code", torch.empty(16, dtype=torch.float32))
 
@@ -154,15 +165,24 @@ def quantize_every_linear(module: nn.Module) -> None:
 
 # ----- running and reading the tracker -------------------------------------------------------
 
+
 def litgpt_model(settings: dict, bf16_head: bool = False) -> nn.Module:
     """litgpt's GPT with LoRA as the row sets it (query and value), created as
     fabric.init_module does (meta device, bf16), 4-bit layers for QLoRA."""
     from litgpt.lora import GPT, Config, mark_only_lora_as_trainable
 
     config = Config.from_name(
-        LITGPT_NAMES[settings["model"]], lora_r=settings["lora_rank"], lora_alpha=16,
-        lora_dropout=settings["lora_dropout"], lora_query=True, lora_key=False, lora_value=True,
-        lora_projection=False, lora_mlp=False, lora_head=False)
+        LITGPT_NAMES[settings["model"]],
+        lora_r=settings["lora_rank"],
+        lora_alpha=16,
+        lora_dropout=settings["lora_dropout"],
+        lora_query=True,
+        lora_key=False,
+        lora_value=True,
+        lora_projection=False,
+        lora_mlp=False,
+        lora_head=False,
+    )
     torch.set_default_dtype(torch.bfloat16)
     try:
         with torch.device("meta"):
@@ -192,7 +212,7 @@ def forward(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
 def peak_of(tracker: Tracker) -> tuple[int, int]:
     """(bytes, event number) of the tracker's peak."""
     _, at = tracker.peaks()
-    return sum(delta for delta, _ in tracker.events[:at + 1]), at
+    return sum(delta for delta, _ in tracker.events[: at + 1]), at
 
 
 def phase_peaks(tracker: Tracker) -> dict[str, int]:
@@ -208,12 +228,13 @@ def gb(nbytes: float) -> str:
 
 # ----- litgpt-config-hub-2024: one GPU, LitGPT 0.4.9's fit() -----------------------------------
 
+
 def single_gpu_run(settings: dict, micro_batches: int = 2, bf16_head: bool = False) -> dict:
     """Micro-batches of LitGPT 0.4.9's fit() without an optimizer step (the row accumulates 4
     or 8). Returns the peak, the phase peaks and, at the peak, what the earlier micro-batch
     left: the kept inputs of the 4-bit layers, fp32 logits, the rest (LoRA gradients)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from litgpt.utils import chunked_cross_entropy
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     model = litgpt_model(settings, bf16_head)
     vocab = model.config.padded_vocab_size
@@ -234,8 +255,12 @@ def single_gpu_run(settings: dict, micro_batches: int = 2, bf16_head: bool = Fal
         optimizer.step()
         optimizer.zero_grad()
         # the two states; the step counters live on the host (capturable=False)
-        states = [s for state in optimizer.state.values() for s in state.values()
-                  if isinstance(s, torch.Tensor) and s.dim()]
+        states = [
+            s
+            for state in optimizer.state.values()
+            for s in state.values()
+            if isinstance(s, torch.Tensor) and s.dim()
+        ]
         if settings["method"] == "qlora":
             # PagedAdamW: bitsandbytes 0.42.0 optim/optimizer.py get_state_buffer pages the
             # state of every tensor of 1e5 elements or more (cudaMallocManaged, outside
@@ -269,45 +294,64 @@ def single_gpu_run(settings: dict, micro_batches: int = 2, bf16_head: bool = Fal
                 carried["logits"] += r.nbytes
             else:
                 carried["other"] += r.nbytes
-    return {"peak": peak, "phase": tracker.phases[tracker.events[at][1]],
-            "levels": phase_peaks(tracker), "carried": carried}
+    return {
+        "peak": peak,
+        "phase": tracker.phases[tracker.events[at][1]],
+        "levels": phase_peaks(tracker),
+        "carried": carried,
+    }
 
 
 def hub_row(row: dict, explain: bool) -> None:
     settings = row["settings"]
     start = time.perf_counter()
     run = single_gpu_run(settings)
-    print(f"{row['label']}: reproduced {gb(run['peak'])} GB (in {run['phase']}), "
-          f"published {row['published_gb']:.2f}, estimated {estimated_gb(row):.2f} "
-          f"[{time.perf_counter() - start:.0f} s]")
+    print(
+        f"{row['label']}: reproduced {gb(run['peak'])} GB (in {run['phase']}), "
+        f"published {row['published_gb']:.2f}, estimated {estimated_gb(row):.2f} "
+        f"[{time.perf_counter() - start:.0f} s]"
+    )
     if not (explain and settings["method"] == "qlora"):
         return
     bf16_head = single_gpu_run(settings, micro_batches=1, bf16_head=True)["peak"]
     fresh = single_gpu_run(settings, micro_batches=1)
     carried = run["carried"]
-    print(f"  one fresh step, bf16 head: {gb(bf16_head)} GB; with the 4-bit head: "
-          f"{gb(fresh['peak'])} GB (the forward's end {gb(fresh['levels']['forward1'])}, "
-          f"the backward's peak {gb(fresh['levels']['backward1'])})")
-    print(f"  the previous micro-batch, live at the peak: {gb(sum(carried.values()))} GB "
-          f"(4-bit layers' kept inputs {gb(carried['inputs'])}, fp32 logits "
-          f"{gb(carried['logits'])}, the rest, its LoRA gradients, {gb(carried['other'])})")
+    print(
+        f"  one fresh step, bf16 head: {gb(bf16_head)} GB; with the 4-bit head: "
+        f"{gb(fresh['peak'])} GB (the forward's end {gb(fresh['levels']['forward1'])}, "
+        f"the backward's peak {gb(fresh['levels']['backward1'])})"
+    )
+    print(
+        f"  the previous micro-batch, live at the peak: {gb(sum(carried.values()))} GB "
+        f"(4-bit layers' kept inputs {gb(carried['inputs'])}, fp32 logits "
+        f"{gb(carried['logits'])}, the rest, its LoRA gradients, {gb(carried['other'])})"
+    )
 
 
 # ----- litgpt-2023-multi-gpu: FSDP1 as Lightning 2.1.0 sets it up -----------------------------
 
+
 def fsdp_run(settings: dict, later_length: int = 0, no_sync: bool = True) -> dict:
     """Rank 0's tensor peak over the checkpoint load, the validation and the micro-batches."""
     import torch.distributed as dist
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
-    from torch.distributed.fsdp import (
-        CPUOffload, FullStateDictConfig, FullyShardedDataParallel as FSDP, MixedPrecision,
-        ShardingStrategy, StateDictType)
-    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-    from torch.testing._internal.distributed.fake_pg import FakeStore
     from litgpt.lora import Block
     from litgpt.utils import chunked_cross_entropy
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+    from torch.distributed.fsdp import (
+        CPUOffload,
+        FullStateDictConfig,
+        MixedPrecision,
+        ShardingStrategy,
+        StateDictType,
+    )
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     dist.init_process_group("fake", rank=0, world_size=settings["n_gpus"], store=FakeStore())
     try:
@@ -335,29 +379,37 @@ def fsdp_run(settings: dict, later_length: int = 0, no_sync: bool = True) -> dic
                 # sets use_orig_params=True (torch >= 2.0), FULL_SHARD and bf16 mixed precision,
                 # then wraps each Block in a non-reentrant checkpoint_wrapper
                 model = FSDP(
-                    model, cpu_offload=CPUOffload(offload_params=False),
-                    mixed_precision=MixedPrecision(torch.bfloat16, torch.bfloat16,
-                                                   torch.bfloat16),
-                    sharding_strategy=ShardingStrategy.FULL_SHARD, device_id=torch.device("cpu"),
-                    auto_wrap_policy=ModuleWrapPolicy({Block}), limit_all_gathers=True,
-                    use_orig_params=True, param_init_fn=materialize)
+                    model,
+                    cpu_offload=CPUOffload(offload_params=False),
+                    mixed_precision=MixedPrecision(torch.bfloat16, torch.bfloat16, torch.bfloat16),
+                    sharding_strategy=ShardingStrategy.FULL_SHARD,
+                    device_id=torch.device("cpu"),
+                    auto_wrap_policy=ModuleWrapPolicy({Block}),
+                    limit_all_gathers=True,
+                    use_orig_params=True,
+                    param_init_fn=materialize,
+                )
                 apply_activation_checkpointing(
-                    model, auto_wrap_policy=ModuleWrapPolicy({Block}),
+                    model,
+                    auto_wrap_policy=ModuleWrapPolicy({Block}),
                     checkpoint_wrapper_fn=functools.partial(
-                        checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT))
+                        checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT
+                    ),
+                )
                 trainable = [p for p in model.parameters() if p.requires_grad]
                 # foreach: PyTorch's default for CUDA tensors
-                optimizer = torch.optim.AdamW(trainable, lr=3e-4, weight_decay=0.01,
-                                              foreach=True)
+                optimizer = torch.optim.AdamW(trainable, lr=3e-4, weight_decay=0.01, foreach=True)
             # fabric.load_raw: the full state dict (offload_to_cpu=True, rank0_only=False) of
             # lit_model.pth, loaded lazily into host memory (not counted)
             full = {k: torch.empty(shape, dtype=torch.bfloat16) for k, shape in checkpoint.items()}
             tracker.ignored |= storage_keys(full.values())
             with tracker:
                 tracker.set_phase("load")
-                with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT,
-                                          FullStateDictConfig(offload_to_cpu=True,
-                                                              rank0_only=False)):
+                with FSDP.state_dict_type(
+                    model,
+                    StateDictType.FULL_STATE_DICT,
+                    FullStateDictConfig(offload_to_cpu=True, rank0_only=False),
+                ):
                     model.load_state_dict(full, strict=False)
             del full
             with tracker:
@@ -372,8 +424,9 @@ def fsdp_run(settings: dict, later_length: int = 0, no_sync: bool = True) -> dic
                 model.train()
                 for i in range(FSDP_MICRO_BATCHES):
                     accumulating = (i + 1) % FSDP_CYCLE != 0
-                    ids, targets = micro_batch(ALPACA_LONGEST if i == 0 or not later_length
-                                               else later_length)
+                    ids, targets = micro_batch(
+                        ALPACA_LONGEST if i == 0 or not later_length else later_length
+                    )
                     sync = model.no_sync() if accumulating and no_sync else contextlib.nullcontext()
                     with sync:  # fabric.no_backward_sync(model, enabled=is_accumulating)
                         tracker.set_phase(f"forward{i + 1}")
@@ -394,8 +447,12 @@ def fsdp_run(settings: dict, later_length: int = 0, no_sync: bool = True) -> dic
                 born[r.phase] = born.get(r.phase, 0) + r.nbytes
     finally:
         dist.destroy_process_group()
-    return {"peak": peak, "phase": tracker.phases[tracker.events[at][1]],
-            "levels": phase_peaks(tracker), "born": born}
+    return {
+        "peak": peak,
+        "phase": tracker.phases[tracker.events[at][1]],
+        "levels": phase_peaks(tracker),
+        "born": born,
+    }
 
 
 def forward_whole(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
@@ -418,21 +475,26 @@ def fsdp_line(label: str, settings: dict, repeats: int, **options: object) -> No
     top = max(runs, key=lambda run: run["peak"])
     levels = top["levels"]
     kept = sorted(run["born"].get(f"backward{FSDP_MICRO_BATCHES - 1}", 0) for run in runs)
-    print(f"  {label}: {gb(peaks[0])}-{gb(peaks[-1])} GB over {repeats} runs "
-          f"({', '.join(gb(p) for p in peaks)}), in {top['phase']} "
-          f"[{(time.perf_counter() - start) / repeats:.0f} s a run]; load {gb(levels['load'])}, "
-          f"validate {gb(levels['validate'])}; at the peak the previous micro-batch's "
-          f"gradients {gb(kept[0])}-{gb(kept[-1])}; live at the highest peak, by phase made: "
-          + ", ".join(f"{phase} {gb(n)}" for phase, n in top["born"].items() if n >= 5e6))
+    print(
+        f"  {label}: {gb(peaks[0])}-{gb(peaks[-1])} GB over {repeats} runs "
+        f"({', '.join(gb(p) for p in peaks)}), in {top['phase']} "
+        f"[{(time.perf_counter() - start) / repeats:.0f} s a run]; load {gb(levels['load'])}, "
+        f"validate {gb(levels['validate'])}; at the peak the previous micro-batch's "
+        f"gradients {gb(kept[0])}-{gb(kept[-1])}; live at the highest peak, by phase made: "
+        + ", ".join(f"{phase} {gb(n)}" for phase, n in top["born"].items() if n >= 5e6)
+    )
 
 
 def fsdp_row(row: dict, repeats: int) -> None:
     settings = row["settings"]
-    print(f"{row['label']}: published {row['published_gb']:.2f}, "
-          f"estimated {estimated_gb(row):.2f}")
+    print(f"{row['label']}: published {row['published_gb']:.2f}, estimated {estimated_gb(row):.2f}")
     fsdp_line(f"every micro-batch {ALPACA_LONGEST} tokens", settings, repeats)
-    fsdp_line(f"the first {ALPACA_LONGEST}, the later {LATER_LENGTH}", settings, repeats,
-              later_length=LATER_LENGTH)
+    fsdp_line(
+        f"the first {ALPACA_LONGEST}, the later {LATER_LENGTH}",
+        settings,
+        repeats,
+        later_length=LATER_LENGTH,
+    )
 
 
 def fsdp_extra(rows: list[dict], repeats: int) -> None:
@@ -443,34 +505,61 @@ def fsdp_extra(rows: list[dict], repeats: int) -> None:
     print(f"llama-2-13b on 2 GPUs (the tables: OOM), the later micro-batches {LATER_LENGTH}:")
     for row in rows:
         if row["settings"]["model"] == "llama-2-13b":
-            fsdp_line(row["label"].replace("4 x A100", "2 x A100"),
-                      dict(row["settings"], n_gpus=2), repeats, later_length=LATER_LENGTH)
+            fsdp_line(
+                row["label"].replace("4 x A100", "2 x A100"),
+                dict(row["settings"], n_gpus=2),
+                repeats,
+                later_length=LATER_LENGTH,
+            )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", choices=sorted(SOURCES), action="append",
-                        help="hub: litgpt-config-hub-2024, fsdp: litgpt-2023-multi-gpu "
-                        "(default: both)")
-    parser.add_argument("--model", choices=sorted(LITGPT_NAMES), action="append",
-                        help="only the rows of this model (repeatable)")
-    parser.add_argument("--explain", action="store_true",
-                        help="QLoRA rows: the steps from one fresh step to the reproduced peak")
-    parser.add_argument("--extra", action="store_true",
-                        help="FSDP rows: also without no_sync, and 13B on 2 GPUs")
-    parser.add_argument("--micro-batch", type=int, action="append",
-                        help="only the rows of this micro-batch size (repeatable)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="runs of each FSDP configuration (its peak varies between runs)")
+    parser.add_argument(
+        "--source",
+        choices=sorted(SOURCES),
+        action="append",
+        help="hub: litgpt-config-hub-2024, fsdp: litgpt-2023-multi-gpu (default: both)",
+    )
+    parser.add_argument(
+        "--model",
+        choices=sorted(LITGPT_NAMES),
+        action="append",
+        help="only the rows of this model (repeatable)",
+    )
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="QLoRA rows: the steps from one fresh step to the reproduced peak",
+    )
+    parser.add_argument(
+        "--extra", action="store_true", help="FSDP rows: also without no_sync, and 13B on 2 GPUs"
+    )
+    parser.add_argument(
+        "--micro-batch",
+        type=int,
+        action="append",
+        help="only the rows of this micro-batch size (repeatable)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="runs of each FSDP configuration (its peak varies between runs)",
+    )
     args = parser.parse_args(argv)
     require_litgpt()
     data = json.loads((ROOT / "tests" / "published_runs.json").read_text())
     for short in args.source or sorted(SOURCES):
-        rows = [r for r in data["rows"] if r["source"] == SOURCES[short]
-                and r["settings"]["method"] in ("lora", "qlora")
-                and r["settings"]["model"] in LITGPT_NAMES
-                and (not args.model or r["settings"]["model"] in args.model)
-                and (not args.micro_batch or r["settings"]["batch_size"] in args.micro_batch)]
+        rows = [
+            r
+            for r in data["rows"]
+            if r["source"] == SOURCES[short]
+            and r["settings"]["method"] in ("lora", "qlora")
+            and r["settings"]["model"] in LITGPT_NAMES
+            and (not args.model or r["settings"]["model"] in args.model)
+            and (not args.micro_batch or r["settings"]["batch_size"] in args.micro_batch)
+        ]
         print(f"## {SOURCES[short]} (torch {torch.__version__}, litgpt {LITGPT}); GB = 1e9 bytes")
         for row in rows:
             if short == "hub":

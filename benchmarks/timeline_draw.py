@@ -31,13 +31,24 @@ def main() -> None:
 
     reports = {
         "estimate 7B LoRA, batch 4 x 1024": lk.estimate(
-            "llama-2-7b", method="lora", precision="bf16", batch_size=4, seq_len=1024),
+            "llama-2-7b", method="lora", precision="bf16", batch_size=4, seq_len=1024
+        ),
         "estimate 7B LoRA, checkpointing": lk.estimate(
-            "llama-2-7b", method="lora", precision="bf16", batch_size=4, seq_len=1024,
-            gradient_checkpointing=True),
+            "llama-2-7b",
+            method="lora",
+            precision="bf16",
+            batch_size=4,
+            seq_len=1024,
+            gradient_checkpointing=True,
+        ),
         "estimate 70B QLoRA, checkpointing": lk.estimate(
-            "llama-2-70b", method="qlora", precision="bf16", batch_size=1, seq_len=2048,
-            gradient_checkpointing=True),
+            "llama-2-70b",
+            method="qlora",
+            precision="bf16",
+            batch_size=1,
+            seq_len=2048,
+            gradient_checkpointing=True,
+        ),
         "measure gpt2 (CPU, FakeTensorMode)": lk.measure("gpt2", batch_size=1, seq_len=256),
     }
     figure = new_figure(8.5, 3.6, left=0.08, right=0.74, bottom=0.12, top=0.9)
@@ -48,8 +59,9 @@ def main() -> None:
         chart.update(report)
         figure.canvas.draw()
         width, height = figure.canvas.get_width_height()
-        image = Image.frombuffer("RGBA", (width, height), figure.canvas.buffer_rgba(), "raw",
-                                 "RGBA", 0, 1).convert("RGB")
+        image = Image.frombuffer(
+            "RGBA", (width, height), figure.canvas.buffer_rgba(), "raw", "RGBA", 0, 1
+        ).convert("RGB")
         image.save(io.BytesIO(), format="png", compress_level=1)
 
     for report in reports.values():  # warm up matplotlib's caches
@@ -66,11 +78,15 @@ def main() -> None:
         times.sort()
         median = statistics.median(times)
         worst = max(worst, median)
-        print(f"  {name:<38} {len(report.timeline):>5} moments   median {median:6.1f} ms   "
-              f"p90 {times[min(len(times) - 1, int(0.9 * len(times)))]:6.1f} ms   "
-              f"(CPU median {statistics.median(cpu):5.1f} ms)")
-    print(f"slowest median {worst:.1f} ms: {'within' if worst < 200 else 'OVER'} the target "
-          "(wall time; the CPU time is steadier on a busy machine)")
+        print(
+            f"  {name:<38} {len(report.timeline):>5} moments   median {median:6.1f} ms   "
+            f"p90 {times[min(len(times) - 1, int(0.9 * len(times)))]:6.1f} ms   "
+            f"(CPU median {statistics.median(cpu):5.1f} ms)"
+        )
+    print(
+        f"slowest median {worst:.1f} ms: {'within' if worst < 200 else 'OVER'} the target "
+        "(wall time; the CPU time is steadier on a busy machine)"
+    )
 
 
 if __name__ == "__main__":

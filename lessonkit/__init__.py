@@ -20,18 +20,38 @@ __version__ = "0.1.0"
 
 # Public name -> the subpackage that exports it; loaded on first use.
 _EXPORTS = {
-    "ModelSpec": "models", "get_preset": "models", "preset_names": "models",
-    "resolve_model": "models", "usual_recipe": "models",
-    "MemoryReport": "memory", "estimate": "memory", "measure": "memory",
+    "ModelSpec": "models",
+    "get_preset": "models",
+    "preset_names": "models",
+    "resolve_model": "models",
+    "usual_recipe": "models",
+    "MemoryReport": "memory",
+    "estimate": "memory",
+    "measure": "memory",
     "LessonkitError": "errors",
-    "get_gpu": "hardware", "list_gpus": "hardware",
-    "get_environment": "hardware", "list_environments": "hardware",
-    "recommend": "planning", "oom_doctor": "planning",
+    "get_gpu": "hardware",
+    "list_gpus": "hardware",
+    "get_environment": "hardware",
+    "list_environments": "hardware",
+    "recommend": "planning",
+    "oom_doctor": "planning",
     "check_gpu_health": "health",
 }
 # Subpackages and shared modules reachable as attributes after a plain ``import lessonkit``.
-_SUBMODULES = ("models", "memory", "hardware", "planning", "health", "charts", "widgets",
-               "exercises", "cli", "errors", "units", "options")
+_SUBMODULES = (
+    "models",
+    "memory",
+    "hardware",
+    "planning",
+    "health",
+    "charts",
+    "widgets",
+    "exercises",
+    "cli",
+    "errors",
+    "units",
+    "options",
+)
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .safe_repr import short_repr
 
@@ -48,8 +49,10 @@ def unknown_name_message(value: str, allowed: Iterable[str], what: str) -> str:
 
 def positive_int(value: object, what: str, *, maximum: int | None = None) -> int:
     """Check that ``value`` is a whole number >= 1 (and at most ``maximum``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-        isinstance(value, float) and (not math.isfinite(value) or value != int(value))
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and (not math.isfinite(value) or value != int(value)))
     ):
         raise LessonkitError(f"{what} must be a whole number >= 1, got {short_repr(value)}.")
     value = int(value)
@@ -61,8 +64,9 @@ def positive_int(value: object, what: str, *, maximum: int | None = None) -> int
     return value
 
 
-def positive_number(value: object, what: str, *, maximum: float | None = None,
-                    allow_zero: bool = False) -> float:
+def positive_number(
+    value: object, what: str, *, maximum: float | None = None, allow_zero: bool = False
+) -> float:
     """Check that ``value`` is a finite number > 0 (>= 0 with allow_zero)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise LessonkitError(f"{what} must be a finite number, got {short_repr(value)}.")

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 METHODS = ("full", "lora", "qlora")
 PRECISIONS = (
-    "fp32",         # everything in fp32
-    "bf16-mixed",   # fp32 weights, bf16 autocast (Trainer(bf16=True) on an fp32 model)
-    "fp16-mixed",   # fp32 weights, fp16 autocast
-    "bf16",         # pure bf16: weights, gradients and optimizer states in bf16
+    "fp32",  # everything in fp32
+    "bf16-mixed",  # fp32 weights, bf16 autocast (Trainer(bf16=True) on an fp32 model)
+    "fp16-mixed",  # fp32 weights, fp16 autocast
+    "bf16",  # pure bf16: weights, gradients and optimizer states in bf16
     "bf16-master",  # bf16 weights and gradients, fp32 master weights in the optimizer
 )
 OPTIMIZERS = (
-    "adamw",             # torch.optim.AdamW as on a CUDA device: the foreach implementation
-    "adamw-fused",       # fused=True: no step temporaries
-    "adamw-forloop",     # foreach=False: one parameter at a time
-    "adamw-8bit",        # bitsandbytes AdamW8bit
+    "adamw",  # torch.optim.AdamW as on a CUDA device: the foreach implementation
+    "adamw-fused",  # fused=True: no step temporaries
+    "adamw-forloop",  # foreach=False: one parameter at a time
+    "adamw-8bit",  # bitsandbytes AdamW8bit
     "paged-adamw-8bit",  # bitsandbytes PagedAdamW8bit
-    "sgd",               # plain SGD, no state
-    "sgd-momentum",      # SGD with one momentum buffer
-    "adafactor",         # factored second moment, no first moment
-    "lion",              # one momentum buffer
+    "sgd",  # plain SGD, no state
+    "sgd-momentum",  # SGD with one momentum buffer
+    "adafactor",  # factored second moment, no first moment
+    "lion",  # one momentum buffer
 )
 ATTENTION = ("sdpa", "flash", "eager")
 ZERO_STAGES = (0, 1, 2, 3)

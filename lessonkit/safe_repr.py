@@ -11,6 +11,7 @@ import reprlib
 from itertools import islice
 from typing import Any
 
+
 class _ShortRepr(reprlib.Repr):
     """reprlib without its sorting of whole dicts and sets (slow for a million keys) and with
     a description for integers too long for ``repr``."""
@@ -20,8 +21,10 @@ class _ShortRepr(reprlib.Repr):
             return "{}"
         if level <= 0:
             return "{...}"
-        pieces = [f"{self.repr1(k, level - 1)}: {self.repr1(x[k], level - 1)}"
-                  for k in islice(iter(x), self.maxdict)]
+        pieces = [
+            f"{self.repr1(k, level - 1)}: {self.repr1(x[k], level - 1)}"
+            for k in islice(iter(x), self.maxdict)
+        ]
         return "{" + ", ".join(pieces + (["..."] if len(x) > self.maxdict else [])) + "}"
 
     def repr_set(self, x: Any, level: int) -> str:
@@ -35,7 +38,7 @@ class _ShortRepr(reprlib.Repr):
             text = repr(x)
         except Exception:
             return f"<{_type_name(x)} object that cannot be shown>"
-        return text if len(text) <= self.maxother else text[:self.maxother - 3] + "..."
+        return text if len(text) <= self.maxother else text[: self.maxother - 3] + "..."
 
     def repr_int(self, x: Any, level: int) -> str:
         return _big_int(x) if x.bit_length() > 600 else super().repr_int(x, level)
@@ -48,7 +51,7 @@ _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 200, 200, 200
 
 
 def _shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:max(limit - 3, 0)] + "..."
+    return text if len(text) <= limit else text[: max(limit - 3, 0)] + "..."
 
 
 def _type_name(value: Any) -> str:

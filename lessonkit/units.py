@@ -18,7 +18,8 @@ MEMORY_UNITS = (
     "the charts draw GiB. A card's name keeps its maker's 'GB': an '80 GB' A100 has 80 GiB of "
     "memory chips. Decimal GB (10**9 bytes) appear only where the guide or a datasheet is quoted, "
     f"converted next to it: 1 GB = {GB / GiB:.3f} GiB, so the guide's 120-160 GB is "
-    f"{120 * GB / GiB:.1f}-{160 * GB / GiB:.1f} GiB.")
+    f"{120 * GB / GiB:.1f}-{160 * GB / GiB:.1f} GiB."
+)
 
 
 def gb_as_gib(gb: float, digits: int = 1) -> str:
@@ -27,8 +28,15 @@ def gb_as_gib(gb: float, digits: int = 1) -> str:
 
 
 _BYTE_UNITS = {
-    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
 }
 _COUNT_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 

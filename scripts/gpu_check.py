@@ -28,11 +28,12 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if importlib.util.find_spec("lessonkit") is None:  # run from a checkout that is not installed
@@ -51,10 +52,22 @@ TOLERANCE = {"allocated": 0.10, "reserved": 0.15, "driver": 0.15}
 READINGS = ("allocated", "reserved", "driver")
 # The results table: one row per configuration, in this column order (Markdown and JSON).
 COLUMNS = (
-    "config", "model", "method", "precision", "batch x seq", "checkpointing",
-    "estimate allocated GB", "measured allocated GB", "allocated margin",
-    "estimate reserved GB", "measured reserved GB", "reserved margin",
-    "estimate total GB", "measured driver GB", "driver margin", "status",
+    "config",
+    "model",
+    "method",
+    "precision",
+    "batch x seq",
+    "checkpointing",
+    "estimate allocated GB",
+    "measured allocated GB",
+    "allocated margin",
+    "estimate reserved GB",
+    "measured reserved GB",
+    "reserved margin",
+    "estimate total GB",
+    "measured driver GB",
+    "driver margin",
+    "status",
 )
 
 
@@ -76,40 +89,106 @@ class Config:
     needs: tuple[str, ...] = ()  # importable modules the configuration needs (e.g. bitsandbytes)
 
     def kwargs(self) -> dict[str, Any]:
-        return dict(method=self.method, precision=self.precision, optimizer=self.optimizer,
-                    batch_size=self.batch_size, seq_len=self.seq_len,
-                    gradient_checkpointing=self.gradient_checkpointing,
-                    lora_rank=self.lora_rank, lora_targets=self.lora_targets,
-                    lora_dropout=self.lora_dropout)
+        return dict(
+            method=self.method,
+            precision=self.precision,
+            optimizer=self.optimizer,
+            batch_size=self.batch_size,
+            seq_len=self.seq_len,
+            gradient_checkpointing=self.gradient_checkpointing,
+            lora_rank=self.lora_rank,
+            lora_targets=self.lora_targets,
+            lora_dropout=self.lora_dropout,
+        )
 
 
 GPU_CONFIGS = (
     Config("qwen0.5b-full-bf16", "qwen2.5-0.5b", "full", "bf16"),
     Config("qwen0.5b-full-mixed", "qwen2.5-0.5b", "full", "bf16-mixed"),
-    Config("llama1b-full-bf16-ckpt", "llama-3.2-1b", "full", "bf16", batch_size=2, seq_len=1024,
-           gradient_checkpointing=True),
+    Config(
+        "llama1b-full-bf16-ckpt",
+        "llama-3.2-1b",
+        "full",
+        "bf16",
+        batch_size=2,
+        seq_len=1024,
+        gradient_checkpointing=True,
+    ),
     Config("llama1b-lora-bf16", "llama-3.2-1b", "lora", "bf16", batch_size=4),
-    Config("qwen1.5b-lora-mixed-ckpt", "qwen2.5-1.5b", "lora", "bf16-mixed", batch_size=2,
-           seq_len=1024, gradient_checkpointing=True),
-    Config("qwen1.5b-full-mixed-ckpt", "qwen2.5-1.5b", "full", "bf16-mixed", seq_len=1024,
-           gradient_checkpointing=True),
+    Config(
+        "qwen1.5b-lora-mixed-ckpt",
+        "qwen2.5-1.5b",
+        "lora",
+        "bf16-mixed",
+        batch_size=2,
+        seq_len=1024,
+        gradient_checkpointing=True,
+    ),
+    Config(
+        "qwen1.5b-full-mixed-ckpt",
+        "qwen2.5-1.5b",
+        "full",
+        "bf16-mixed",
+        seq_len=1024,
+        gradient_checkpointing=True,
+    ),
     Config("qwen0.5b-lora-bf16-long", "qwen2.5-0.5b", "lora", "bf16", seq_len=8192),
-    Config("qwen1.5b-qlora-long-ckpt", "qwen2.5-1.5b", "qlora", "bf16", seq_len=4096,
-           gradient_checkpointing=True, needs=("bitsandbytes",)),
+    Config(
+        "qwen1.5b-qlora-long-ckpt",
+        "qwen2.5-1.5b",
+        "qlora",
+        "bf16",
+        seq_len=4096,
+        gradient_checkpointing=True,
+        needs=("bitsandbytes",),
+    ),
     # real bitsandbytes on the GPU: autocast over 4-bit layers, LoRA dropout, 8-bit AdamW
-    Config("qwen0.5b-qlora-mixed-dropout", "qwen2.5-0.5b", "qlora", "bf16-mixed", batch_size=4,
-           lora_dropout=0.05, needs=("bitsandbytes",)),
-    Config("qwen0.5b-lora-dropout-adamw8bit", "qwen2.5-0.5b", "lora", "bf16", batch_size=4,
-           lora_dropout=0.1, optimizer="adamw-8bit", needs=("bitsandbytes",)),
+    Config(
+        "qwen0.5b-qlora-mixed-dropout",
+        "qwen2.5-0.5b",
+        "qlora",
+        "bf16-mixed",
+        batch_size=4,
+        lora_dropout=0.05,
+        needs=("bitsandbytes",),
+    ),
+    Config(
+        "qwen0.5b-lora-dropout-adamw8bit",
+        "qwen2.5-0.5b",
+        "lora",
+        "bf16",
+        batch_size=4,
+        lora_dropout=0.1,
+        optimizer="adamw-8bit",
+        needs=("bitsandbytes",),
+    ),
 )
 
 # Tiny shapes of the same families for the CPU dry run.
 TINY = {
-    "llama": ModelSpec(name="tiny-llama", family="llama", n_layers=2, hidden_size=64, n_heads=4,
-                       n_kv_heads=2, intermediate_size=128, vocab_size=512, tie_embeddings=True),
-    "qwen2": ModelSpec(name="tiny-qwen2", family="qwen2", n_layers=2, hidden_size=64, n_heads=4,
-                       n_kv_heads=2, intermediate_size=128, vocab_size=512,
-                       attention_bias="qkv", tie_embeddings=True),
+    "llama": ModelSpec(
+        name="tiny-llama",
+        family="llama",
+        n_layers=2,
+        hidden_size=64,
+        n_heads=4,
+        n_kv_heads=2,
+        intermediate_size=128,
+        vocab_size=512,
+        tie_embeddings=True,
+    ),
+    "qwen2": ModelSpec(
+        name="tiny-qwen2",
+        family="qwen2",
+        n_layers=2,
+        hidden_size=64,
+        n_heads=4,
+        n_kv_heads=2,
+        intermediate_size=128,
+        vocab_size=512,
+        attention_bias="qkv",
+        tie_embeddings=True,
+    ),
 }
 
 
@@ -118,8 +197,11 @@ def cpu_configs() -> list[Config]:
     (bitsandbytes) only where it is installed (0.50 runs on CPU)."""
     import importlib.util
 
-    return [dataclasses.replace(c, name=f"tiny-{c.name}", seq_len=128 if c.seq_len >= 4096 else 64)
-            for c in GPU_CONFIGS if all(importlib.util.find_spec(m) for m in c.needs)]
+    return [
+        dataclasses.replace(c, name=f"tiny-{c.name}", seq_len=128 if c.seq_len >= 4096 else 64)
+        for c in GPU_CONFIGS
+        if all(importlib.util.find_spec(m) for m in c.needs)
+    ]
 
 
 def model_for(config: Config, device: str) -> ModelSpec:
@@ -155,21 +237,39 @@ def environment(device: str) -> dict[str, Any]:
 
     env: dict[str, Any] = {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
-        "device": device, "python": platform.python_version(),
-        "torch": torch.__version__, "cuda": torch.version.cuda, "driver": None,
-        **{name: _version(name) for name in ("transformers", "peft", "accelerate", "bitsandbytes",
-                                             "papermill", "nvidia-ml-py")},
+        "device": device,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "driver": None,
+        **{
+            name: _version(name)
+            for name in (
+                "transformers",
+                "peft",
+                "accelerate",
+                "bitsandbytes",
+                "papermill",
+                "nvidia-ml-py",
+            )
+        },
         "lessonkit": lessonkit.__version__,
     }
     if device == "cpu":
-        return env | {"gpu": "CPU (dry run, no GPU)", "gpu_memory_bytes": None,
-                      "compute_capability": None}
+        return env | {
+            "gpu": "CPU (dry run, no GPU)",
+            "gpu_memory_bytes": None,
+            "compute_capability": None,
+        }
     props = torch.cuda.get_device_properties(0)
     nvml = _nvml()
     if nvml is not None:
         env["driver"] = _text(nvml.nvmlSystemGetDriverVersion())
-    return env | {"gpu": props.name, "gpu_memory_bytes": props.total_memory,
-                  "compute_capability": f"{props.major}.{props.minor}"}
+    return env | {
+        "gpu": props.name,
+        "gpu_memory_bytes": props.total_memory,
+        "compute_capability": f"{props.major}.{props.minor}",
+    }
 
 
 # ----- health check against torch and NVML -----------------------------------------------
@@ -182,26 +282,51 @@ def health_rows() -> list[dict[str, Any]]:
     props = torch.cuda.get_device_properties(0)
     expected: dict[str, tuple[Any, Any, str]] = {
         "name": (getattr(gpu, "name", None), props.name, "torch"),
-        "total memory (bytes)": (getattr(gpu, "total_memory_bytes", None), props.total_memory, "torch"),
-        "compute capability": (_capability(getattr(gpu, "compute_capability", None)),
-                               f"{props.major}.{props.minor}", "torch"),
-        "native bf16": (getattr(gpu, "native_bf16", None), props.major >= 8, "torch (capability >= 8.0)"),
+        "total memory (bytes)": (
+            getattr(gpu, "total_memory_bytes", None),
+            props.total_memory,
+            "torch",
+        ),
+        "compute capability": (
+            _capability(getattr(gpu, "compute_capability", None)),
+            f"{props.major}.{props.minor}",
+            "torch",
+        ),
+        "native bf16": (
+            getattr(gpu, "native_bf16", None),
+            props.major >= 8,
+            "torch (capability >= 8.0)",
+        ),
         "smoke test": (getattr(gpu, "smoke_test", None), "passed", "a matmul on the GPU"),
     }
     nvml = _nvml()
     if nvml is not None:
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
-        expected["name (NVML)"] = (getattr(gpu, "name", None), _text(nvml.nvmlDeviceGetName(handle)), "NVML")
-        expected["total memory (NVML, bytes)"] = (getattr(gpu, "total_memory_bytes", None),
-                                                  nvml.nvmlDeviceGetMemoryInfo(handle).total, "NVML")
-        expected["driver version"] = (getattr(report, "driver_version", None),
-                                      _text(nvml.nvmlSystemGetDriverVersion()), "NVML")
+        expected["name (NVML)"] = (
+            getattr(gpu, "name", None),
+            _text(nvml.nvmlDeviceGetName(handle)),
+            "NVML",
+        )
+        expected["total memory (NVML, bytes)"] = (
+            getattr(gpu, "total_memory_bytes", None),
+            nvml.nvmlDeviceGetMemoryInfo(handle).total,
+            "NVML",
+        )
+        expected["driver version"] = (
+            getattr(report, "driver_version", None),
+            _text(nvml.nvmlSystemGetDriverVersion()),
+            "NVML",
+        )
     rows = []
     for what, (got, want, source) in expected.items():
         ok = got == want
         if what.startswith("total memory") and isinstance(got, int):
-            ok = abs(got - want) <= 0.01 * want  # torch and NVML count the same card a little differently
-        rows.append({"check": what, "lessonkit": got, "reference": want, "source": source, "ok": ok})
+            ok = (
+                abs(got - want) <= 0.01 * want
+            )  # torch and NVML count the same card a little differently
+        rows.append(
+            {"check": what, "lessonkit": got, "reference": want, "source": source, "ok": ok}
+        )
     return rows
 
 
@@ -223,11 +348,19 @@ def readings(report: Any) -> dict[str, int]:
     measured = report.settings.get("measured")
     cuda = measured.get("cuda") if isinstance(measured, dict) else None
     if cuda:
-        return {"allocated": int(cuda["max_memory_allocated"]),
-                "reserved": int(cuda["max_memory_reserved"]), "driver": int(report.total_bytes),
-                "context": int(report.breakdown.get("cuda_context", 0)), "tracked": tensors}
-    return {"allocated": tensors, "reserved": reserved, "driver": int(report.total_bytes),
-            "context": int(report.breakdown.get("cuda_context", 0))}
+        return {
+            "allocated": int(cuda["max_memory_allocated"]),
+            "reserved": int(cuda["max_memory_reserved"]),
+            "driver": int(report.total_bytes),
+            "context": int(report.breakdown.get("cuda_context", 0)),
+            "tracked": tensors,
+        }
+    return {
+        "allocated": tensors,
+        "reserved": reserved,
+        "driver": int(report.total_bytes),
+        "context": int(report.breakdown.get("cuda_context", 0)),
+    }
 
 
 def margin(estimate: int, measured: int) -> float | None:
@@ -248,10 +381,13 @@ def _outer_cuda(fn: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
     result = fn()
     torch.cuda.synchronize()
     free_after, _ = torch.cuda.mem_get_info()
-    outer = {"max_memory_allocated": torch.cuda.max_memory_allocated(),
-             "max_memory_reserved": torch.cuda.max_memory_reserved(),
-             "used_before": total - free, "used_after": total - free_after,
-             "reserved_after": torch.cuda.memory_reserved()}
+    outer = {
+        "max_memory_allocated": torch.cuda.max_memory_allocated(),
+        "max_memory_reserved": torch.cuda.max_memory_reserved(),
+        "used_before": total - free,
+        "used_after": total - free_after,
+        "reserved_after": torch.cuda.memory_reserved(),
+    }
     outer["outside_allocator_after"] = outer["used_after"] - outer["reserved_after"]
     return result, outer
 
@@ -259,8 +395,12 @@ def _outer_cuda(fn: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
 def run_config(config: Config, device: str, skip: str = "") -> dict[str, Any]:
     """Estimate and measure one configuration (or skip it, saying why): a row of the results."""
     model = model_for(config, device)
-    row: dict[str, Any] = {"config": config.name, "model": model.name,
-                           "n_params": model.n_params, "settings": config.kwargs() | {"device": device}}
+    row: dict[str, Any] = {
+        "config": config.name,
+        "model": model.name,
+        "n_params": model.n_params,
+        "settings": config.kwargs() | {"device": device},
+    }
     row["settings"]["lora_targets"] = list(config.lora_targets)
     missing = [m for m in config.needs if importlib.util.find_spec(m) is None]
     if missing or skip:
@@ -270,7 +410,8 @@ def run_config(config: Config, device: str, skip: str = "") -> dict[str, Any]:
     try:
         if device == "cuda":
             measured, row["outer"] = _outer_cuda(
-                lambda: lessonkit.measure(model, **config.kwargs(), device=device))
+                lambda: lessonkit.measure(model, **config.kwargs(), device=device)
+            )
         else:
             measured = lessonkit.measure(model, **config.kwargs(), device=device)
     except Exception as err:  # an OOM or a bug in one configuration must not stop the others
@@ -279,8 +420,9 @@ def run_config(config: Config, device: str, skip: str = "") -> dict[str, Any]:
     row["estimate"], row["measured"] = readings(estimate), readings(measured)
     row["margins"] = {k: margin(row["estimate"][k], row["measured"][k]) for k in READINGS}
     row["estimate_report"], row["measured_report"] = estimate.to_dict(), measured.to_dict()
-    bad = [k for k in READINGS
-           if row["margins"][k] is None or abs(row["margins"][k]) > TOLERANCE[k]]
+    bad = [
+        k for k in READINGS if row["margins"][k] is None or abs(row["margins"][k]) > TOLERANCE[k]
+    ]
     row["status"] = "fail" if bad else "ok"
     if bad:
         row["reason"] = "outside tolerance: " + ", ".join(bad)
@@ -297,25 +439,38 @@ def derive_constants(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     contexts = [m["driver"] - m["reserved"] for m in measured]
     ratios = [m["reserved"] / m["allocated"] for m in measured]
-    return {"cuda_context_bytes": max(contexts), "allocator_margin_ratio": round(max(ratios), 4),
-            "cuda_context_bytes_range": [min(contexts), max(contexts)],
-            "allocator_margin_ratio_range": [round(min(ratios), 4), round(max(ratios), 4)],
-            "n_configurations": len(measured)}
+    return {
+        "cuda_context_bytes": max(contexts),
+        "allocator_margin_ratio": round(max(ratios), 4),
+        "cuda_context_bytes_range": [min(contexts), max(contexts)],
+        "allocator_margin_ratio_range": [round(min(ratios), 4), round(max(ratios), 4)],
+        "n_configurations": len(measured),
+    }
 
 
 def write_constants(path: Path, derived: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
     """Set the measured constants in the CUDA constants data file, citing the measurement."""
     data = json.loads(path.read_text()) if path.exists() else {}
-    data.update({
-        "cuda_context_bytes": derived["cuda_context_bytes"],
-        "allocator_margin_ratio": derived["allocator_margin_ratio"],
-        "source": (f"measured by scripts/gpu_check.py on {env['gpu']} (driver {env['driver']}, CUDA "
-                   f"{env['cuda']}, torch {env['torch']}) on {env['date']}: the largest of "
-                   f"{derived['n_configurations']} configurations; see docs/gpu-validation.md"),
-        "as_of": env["date"],
-        "measured": {k: derived[k] for k in ("cuda_context_bytes_range",
-                                             "allocator_margin_ratio_range", "n_configurations")},
-    })
+    data.update(
+        {
+            "cuda_context_bytes": derived["cuda_context_bytes"],
+            "allocator_margin_ratio": derived["allocator_margin_ratio"],
+            "source": (
+                f"measured by scripts/gpu_check.py on {env['gpu']} (driver {env['driver']}, CUDA "
+                f"{env['cuda']}, torch {env['torch']}) on {env['date']}: the largest of "
+                f"{derived['n_configurations']} configurations; see docs/gpu-validation.md"
+            ),
+            "as_of": env["date"],
+            "measured": {
+                k: derived[k]
+                for k in (
+                    "cuda_context_bytes_range",
+                    "allocator_margin_ratio_range",
+                    "n_configurations",
+                )
+            },
+        }
+    )
     path.write_text(json.dumps(data, indent=1) + "\n")
     return data
 
@@ -333,28 +488,49 @@ def notebook_runner() -> tuple[Callable[[Path, Path], None] | None, str]:
     """A function executing one notebook with papermill, or None and why it cannot run here."""
     missing = [m for m in ("papermill", "ipykernel") if importlib.util.find_spec(m) is None]
     if missing:
-        return None, (f"{' and '.join(missing)} not installed: see docs/gpu-validation.md for an "
-                      "offline install from wheels")
+        return None, (
+            f"{' and '.join(missing)} not installed: see docs/gpu-validation.md for an "
+            "offline install from wheels"
+        )
 
     def run(notebook: Path, output: Path) -> None:
         # A process per notebook (they run side by side); its kernel finds this checkout's
         # lessonkit through PYTHONPATH and draws headless.
-        env = dict(os.environ, MPLBACKEND=os.environ.get("MPLBACKEND", "Agg"),
-                   PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
-                                              if p))
+        env = dict(
+            os.environ,
+            MPLBACKEND=os.environ.get("MPLBACKEND", "Agg"),
+            PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        )
         output.parent.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(
-            [sys.executable, "-m", "papermill", str(notebook), str(output), "--cwd",
-             str(notebook.parent), "-k", "python3", "--no-progress-bar", "--execution-timeout",
-             "600"], capture_output=True, text=True, env=env, timeout=900)
+            [
+                sys.executable,
+                "-m",
+                "papermill",
+                str(notebook),
+                str(output),
+                "--cwd",
+                str(notebook.parent),
+                "-k",
+                "python3",
+                "--no-progress-bar",
+                "--execution-timeout",
+                "600",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+        )
         if proc.returncode:
             raise RuntimeError(proc.stderr.strip()[-400:] or f"papermill exited {proc.returncode}")
 
     return run, ""
 
 
-def run_notebooks(notebooks: list[Path], out: Path, deadline: float,
-                  workers: int = 4) -> list[dict[str, Any]]:
+def run_notebooks(
+    notebooks: list[Path], out: Path, deadline: float, workers: int = 4
+) -> list[dict[str, Any]]:
     """Execute each notebook (``workers`` at a time); a row per notebook, in the given order."""
     runner, reason = notebook_runner()
 
@@ -387,14 +563,19 @@ def gb(n: int) -> float:
 def table_row(row: dict[str, Any]) -> dict[str, Any]:
     s = row["settings"]
     cells: dict[str, Any] = {
-        "config": row["config"], "model": row["model"], "method": s["method"],
-        "precision": s["precision"], "batch x seq": f"{s['batch_size']} x {s['seq_len']}",
+        "config": row["config"],
+        "model": row["model"],
+        "method": s["method"],
+        "precision": s["precision"],
+        "batch x seq": f"{s['batch_size']} x {s['seq_len']}",
         "checkpointing": "on" if s["gradient_checkpointing"] else "off",
     }
     est, meas, mar = row.get("estimate", {}), row.get("measured", {}), row.get("margins", {})
-    for key, est_label, meas_label in (("allocated", "estimate allocated GB", "measured allocated GB"),
-                                       ("reserved", "estimate reserved GB", "measured reserved GB"),
-                                       ("driver", "estimate total GB", "measured driver GB")):
+    for key, est_label, meas_label in (
+        ("allocated", "estimate allocated GB", "measured allocated GB"),
+        ("reserved", "estimate reserved GB", "measured reserved GB"),
+        ("driver", "estimate total GB", "measured driver GB"),
+    ):
         cells[est_label] = gb(est[key]) if key in est else None
         cells[meas_label] = gb(meas[key]) if key in meas else None
         cells[f"{key} margin"] = None if mar.get(key) is None else round(100 * mar[key], 1)
@@ -414,35 +595,68 @@ def _cell(value: Any, column: str) -> str:
 
 def markdown(results: dict[str, Any]) -> str:
     env = results["environment"]
-    lines = [f"### GPU validation run of {env['date']} on {env['gpu']}", "",
-             "| | |", "| --- | --- |"]
+    lines = [
+        f"### GPU validation run of {env['date']} on {env['gpu']}",
+        "",
+        "| | |",
+        "| --- | --- |",
+    ]
     if env.get("gpu_memory_bytes"):
         env = env | {"gpu memory": f"{env['gpu_memory_bytes'] / 2**30:.1f} GiB"}
-    for key in ("gpu", "gpu memory", "compute_capability", "driver", "cuda", "torch",
-                "transformers", "peft", "accelerate", "bitsandbytes", "python", "date"):
+    for key in (
+        "gpu",
+        "gpu memory",
+        "compute_capability",
+        "driver",
+        "cuda",
+        "torch",
+        "transformers",
+        "peft",
+        "accelerate",
+        "bitsandbytes",
+        "python",
+        "date",
+    ):
         lines.append(f"| {key} | {env.get(key) or '-'} |")
     tol = ", ".join(f"{k} {100 * v:.0f}%" for k, v in TOLERANCE.items())
-    lines += ["", f"Margins are estimate / measured - 1 (positive: the calculator over-estimates); "
-              f"accepted: {tol}.", "",
-              "| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    lines += [
+        "",
+        f"Margins are estimate / measured - 1 (positive: the calculator over-estimates); "
+        f"accepted: {tol}.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + " --- |" * len(COLUMNS),
+    ]
     for row in results["table"]:
         lines.append("| " + " | ".join(_cell(row[c], c) for c in COLUMNS) + " |")
     if results.get("health"):
-        lines += ["", "| health check | lessonkit | reference | source | ok |",
-                  "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {h['check']} | {h['lessonkit']} | {h['reference']} | {h['source']} | "
-                  f"{'yes' if h['ok'] else 'NO'} |" for h in results["health"]]
+        lines += [
+            "",
+            "| health check | lessonkit | reference | source | ok |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {h['check']} | {h['lessonkit']} | {h['reference']} | {h['source']} | "
+            f"{'yes' if h['ok'] else 'NO'} |"
+            for h in results["health"]
+        ]
     if results.get("notebooks"):
         lines += ["", "| notebook | status | seconds |", "| --- | --- | --- |"]
-        lines += [f"| {n['notebook']} | {n['status']}{' (' + n['reason'] + ')' if n.get('reason') else ''}"
-                  f" | {n.get('seconds', '-')} |" for n in results["notebooks"]]
+        lines += [
+            f"| {n['notebook']} | {n['status']}{' (' + n['reason'] + ')' if n.get('reason') else ''}"
+            f" | {n.get('seconds', '-')} |"
+            for n in results["notebooks"]
+        ]
     if results.get("derived_constants"):
         d = results["derived_constants"]
-        lines += ["", f"Derived CUDA constants: context {d['cuda_context_bytes'] / 2**20:.0f} MiB "
-                      f"(range {d['cuda_context_bytes_range'][0] / 2**20:.0f}-"
-                      f"{d['cuda_context_bytes_range'][1] / 2**20:.0f} MiB), allocator margin "
-                      f"x{d['allocator_margin_ratio']} (range {d['allocator_margin_ratio_range'][0]}-"
-                      f"{d['allocator_margin_ratio_range'][1]})."]
+        lines += [
+            "",
+            f"Derived CUDA constants: context {d['cuda_context_bytes'] / 2**20:.0f} MiB "
+            f"(range {d['cuda_context_bytes_range'][0] / 2**20:.0f}-"
+            f"{d['cuda_context_bytes_range'][1] / 2**20:.0f} MiB), allocator margin "
+            f"x{d['allocator_margin_ratio']} (range {d['allocator_margin_ratio_range'][0]}-"
+            f"{d['allocator_margin_ratio_range'][1]}).",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -458,30 +672,67 @@ def update_docs(path: Path, text: str) -> None:
 # ----- main ----------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", nargs="?", type=Path, default=ROOT / "artifacts" / "gpu",
-                        help="folder for results.md and results.json (default: artifacts/gpu/)")
-    parser.add_argument("--cpu", "--dry-run", dest="cpu", action="store_true",
-                        help="run the same code path on the CPU with tiny models")
-    parser.add_argument("--only", action="append", default=[], metavar="NAME",
-                        help="run only this configuration (repeatable)")
+    parser.add_argument(
+        "out",
+        nargs="?",
+        type=Path,
+        default=ROOT / "artifacts" / "gpu",
+        help="folder for results.md and results.json (default: artifacts/gpu/)",
+    )
+    parser.add_argument(
+        "--cpu",
+        "--dry-run",
+        dest="cpu",
+        action="store_true",
+        help="run the same code path on the CPU with tiny models",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this configuration (repeatable)",
+    )
     parser.add_argument("--no-notebooks", action="store_true", help="skip the notebooks")
-    parser.add_argument("--budget-s", type=float, default=270.0,
-                        help="skip what has not started after this many seconds (default 270)")
-    parser.add_argument("--write-constants", action="store_true",
-                        help="set the CUDA constants data file from this measurement")
-    parser.add_argument("--constants", type=Path, default=CONSTANTS_FILE,
-                        help="the CUDA constants data file (default: lessonkit/data/cuda_constants.json)")
-    parser.add_argument("--update-docs", nargs="?", type=Path, const=DOCS_FILE, default=None,
-                        metavar="FILE", help="put the results table into docs/gpu-validation.md")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=270.0,
+        help="skip what has not started after this many seconds (default 270)",
+    )
+    parser.add_argument(
+        "--write-constants",
+        action="store_true",
+        help="set the CUDA constants data file from this measurement",
+    )
+    parser.add_argument(
+        "--constants",
+        type=Path,
+        default=CONSTANTS_FILE,
+        help="the CUDA constants data file (default: lessonkit/data/cuda_constants.json)",
+    )
+    parser.add_argument(
+        "--update-docs",
+        nargs="?",
+        type=Path,
+        const=DOCS_FILE,
+        default=None,
+        metavar="FILE",
+        help="put the results table into docs/gpu-validation.md",
+    )
     args = parser.parse_args(argv)
     if args.cpu and args.write_constants:
-        parser.error("--write-constants needs a GPU measurement; a --cpu run has no CUDA context "
-                     "or allocator to measure")
+        parser.error(
+            "--write-constants needs a GPU measurement; a --cpu run has no CUDA context "
+            "or allocator to measure"
+        )
     names = {c.name for c in GPU_CONFIGS} | {c.name for c in cpu_configs()}
     unknown = [n for n in args.only if n not in names]
     if unknown:
-        parser.error(f"unknown configuration {', '.join(unknown)}; choose from "
-                     f"{', '.join(c.name for c in (cpu_configs() if args.cpu else GPU_CONFIGS))}")
+        parser.error(
+            f"unknown configuration {', '.join(unknown)}; choose from "
+            f"{', '.join(c.name for c in (cpu_configs() if args.cpu else GPU_CONFIGS))}"
+        )
     return args
 
 
@@ -493,12 +744,18 @@ def main(argv: list[str] | None = None) -> int:
 
     device = "cpu" if args.cpu else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
-        print("gpu_check: no CUDA GPU here (torch.cuda.is_available() is False); "
-              "use --cpu for a dry run.", file=sys.stderr)
+        print(
+            "gpu_check: no CUDA GPU here (torch.cuda.is_available() is False); "
+            "use --cpu for a dry run.",
+            file=sys.stderr,
+        )
         return 2
     env = environment(device)
-    print(f"gpu_check: {env['gpu']}, torch {env['torch']}, CUDA {env['cuda']}, "
-          f"driver {env['driver']}", flush=True)
+    print(
+        f"gpu_check: {env['gpu']}, torch {env['torch']}, CUDA {env['cuda']}, "
+        f"driver {env['driver']}",
+        flush=True,
+    )
     results: dict[str, Any] = {"environment": env, "tolerance": TOLERANCE, "columns": list(COLUMNS)}
 
     if device == "cuda":
@@ -511,30 +768,39 @@ def main(argv: list[str] | None = None) -> int:
         configs = [c for c in configs if c.name in args.only]
     rows = []
     for config in configs:
-        row = run_config(config, device,
-                         skip="time budget spent" if time.monotonic() > deadline else "")
+        row = run_config(
+            config, device, skip="time budget spent" if time.monotonic() > deadline else ""
+        )
         rows.append(row)
-        margins = ", ".join(f"{k} {100 * v:+.1f}%" for k, v in row.get("margins", {}).items()
-                            if v is not None)
-        print(f"  {config.name:<28} {row['status']:<8} {margins} {row.get('reason', '')}", flush=True)
+        margins = ", ".join(
+            f"{k} {100 * v:+.1f}%" for k, v in row.get("margins", {}).items() if v is not None
+        )
+        print(
+            f"  {config.name:<28} {row['status']:<8} {margins} {row.get('reason', '')}", flush=True
+        )
     results["configurations"] = rows
     results["table"] = [table_row(r) for r in rows]
     results["derived_constants"] = derive_constants(rows) if device == "cuda" else None
 
     notebooks = find_notebooks()
     if args.no_notebooks:
-        results["notebooks"] = [{"notebook": str(nb.relative_to(ROOT)), "status": "skipped",
-                                 "reason": "--no-notebooks"} for nb in notebooks]
+        results["notebooks"] = [
+            {"notebook": str(nb.relative_to(ROOT)), "status": "skipped", "reason": "--no-notebooks"}
+            for nb in notebooks
+        ]
     else:
         print(f"notebooks: {len(notebooks)} in {', '.join(NOTEBOOK_DIRS)}", flush=True)
-        results["notebooks"] = run_notebooks(notebooks, args.out, deadline,
-                                             workers=min(6, os.cpu_count() or 1))
+        results["notebooks"] = run_notebooks(
+            notebooks, args.out, deadline, workers=min(6, os.cpu_count() or 1)
+        )
         for nb in results["notebooks"]:
             print(f"  {nb['notebook']:<40} {nb['status']} {nb.get('reason', '')}", flush=True)
 
-    failed = ([r["config"] for r in rows if r["status"] in ("fail", "error")]
-              + [h["check"] for h in results.get("health", []) if not h["ok"]]
-              + [n["notebook"] for n in results["notebooks"] if n["status"] == "fail"])
+    failed = (
+        [r["config"] for r in rows if r["status"] in ("fail", "error")]
+        + [h["check"] for h in results.get("health", []) if not h["ok"]]
+        + [n["notebook"] for n in results["notebooks"] if n["status"] == "fail"]
+    )
     results["passed"] = not failed
     results["seconds"] = round(time.monotonic() - started, 1)
 
@@ -544,15 +810,21 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     if args.write_constants:
         if results["derived_constants"] is None:
-            print("gpu_check: no configuration was measured; constants left as they are.", file=sys.stderr)
+            print(
+                "gpu_check: no configuration was measured; constants left as they are.",
+                file=sys.stderr,
+            )
         else:
             write_constants(args.constants, results["derived_constants"], env)
             print(f"wrote {args.constants}; run again to check the estimates with them", flush=True)
     if args.update_docs:
         update_docs(args.update_docs, text)
         print(f"updated {args.update_docs}", flush=True)
-    print(f"gpu_check: {'passed' if not failed else 'FAILED: ' + ', '.join(failed)} in "
-          f"{results['seconds']} s; results in {args.out}", flush=True)
+    print(
+        f"gpu_check: {'passed' if not failed else 'FAILED: ' + ', '.join(failed)} in "
+        f"{results['seconds']} s; results in {args.out}",
+        flush=True,
+    )
     return 0 if not failed else 1
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 # The platform signals are those of lessonkit/data/environments.json ("detect"); a test keeps
 # them in step.
-CELL = '''\
+CELL = """\
 # Installs lessonkit, the course's helper package, where it is missing (Colab, Kaggle). The
 # platform's own torch, numpy, matplotlib and ipywidgets stay as they are: no restart needed.
 LESSONKIT = "lessonkit[measure] @ git+https://github.com/{repository}@{ref}"
@@ -43,7 +43,7 @@ except ImportError:
         raise SetupFailed(f"Could not install lessonkit ({{why}}). {{fix}}")
     importlib.invalidate_caches()
     import lessonkit
-'''
+"""
 
 
 def install_cell(repository: str, ref: str) -> str:

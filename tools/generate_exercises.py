@@ -69,12 +69,18 @@ def _lines(text: str) -> list[str]:
 def clean_notebook(notebook: dict) -> dict:
     """A copy without outputs, execution counts, widget state or tool metadata."""
     nb = copy.deepcopy(notebook)
-    nb["metadata"] = {k: v for k, v in nb.get("metadata", {}).items() if k in KEPT_NOTEBOOK_METADATA}
+    nb["metadata"] = {
+        k: v for k, v in nb.get("metadata", {}).items() if k in KEPT_NOTEBOOK_METADATA
+    }
     if "language_info" in nb["metadata"]:
-        nb["metadata"]["language_info"] = {"name": nb["metadata"]["language_info"].get("name", "python")}
+        nb["metadata"]["language_info"] = {
+            "name": nb["metadata"]["language_info"].get("name", "python")
+        }
     nb["nbformat"], nb["nbformat_minor"] = 4, 5
     for index, cell in enumerate(nb["cells"]):
-        cell["metadata"] = {k: v for k, v in cell.get("metadata", {}).items() if k in KEPT_CELL_METADATA}
+        cell["metadata"] = {
+            k: v for k, v in cell.get("metadata", {}).items() if k in KEPT_CELL_METADATA
+        }
         cell["source"] = _lines(_source(cell))
         cell.setdefault("id", f"cell-{index}")
         if cell["cell_type"] == "code":
@@ -118,8 +124,10 @@ def _check_metadata(cell: dict, where: str, seen: set[str]) -> None:
         return
     grade_id = meta.get("grade_id", "")
     if not grade_id or not GRADE_ID.match(grade_id):
-        raise GeneratorError(f"{where}: grade id {grade_id!r} is empty or not made of letters, "
-                             "digits, '_' and '-' (nbgrader's rule)")
+        raise GeneratorError(
+            f"{where}: grade id {grade_id!r} is empty or not made of letters, "
+            "digits, '_' and '-' (nbgrader's rule)"
+        )
     if grade_id in seen:
         raise GeneratorError(f"{where}: duplicate grade id {grade_id!r}")
     seen.add(grade_id)
@@ -151,16 +159,22 @@ def make_exercise(solution: dict, name: str) -> dict:
         text, found = replace_regions(text, cell["cell_type"], where)
         is_solution = bool(_nbgrader(cell).get("solution"))
         if found and not is_solution:
-            raise GeneratorError(f"{where}: a solution region in a cell without nbgrader "
-                                 "solution metadata (nbgrader rejects it)")
+            raise GeneratorError(
+                f"{where}: a solution region in a cell without nbgrader "
+                "solution metadata (nbgrader rejects it)"
+            )
         if is_solution and not found:
             text = CODE_STUB if cell["cell_type"] == "code" else TEXT_STUB
         _lock(cell)
         cell["source"] = _lines(text)
     note = {
-        "cell_type": "markdown", "id": "generated-note", "metadata": {},
-        "source": _lines(f"> Generated from `solutions/{name}` by `tools/generate_exercises.py`; "
-                         "edit the solution instead."),
+        "cell_type": "markdown",
+        "id": "generated-note",
+        "metadata": {},
+        "source": _lines(
+            f"> Generated from `solutions/{name}` by `tools/generate_exercises.py`; "
+            "edit the solution instead."
+        ),
     }
     nb["cells"] = [note, *cells]
     return nb
@@ -188,8 +202,16 @@ def differences(files: dict[Path, str], exercises: Path) -> list[str]:
             continue
         current = path.read_text(encoding="utf-8")
         if current != text:
-            diff = list(difflib.unified_diff(current.splitlines(), text.splitlines(),
-                                             str(path), "generated", lineterm="", n=1))
+            diff = list(
+                difflib.unified_diff(
+                    current.splitlines(),
+                    text.splitlines(),
+                    str(path),
+                    "generated",
+                    lineterm="",
+                    n=1,
+                )
+            )
             shown = "\n".join("    " + line for line in diff[:20])
             more = f"\n    ... {len(diff) - 20} more diff lines" if len(diff) > 20 else ""
             problems.append(f"{path}: differs from what the generator writes\n{shown}{more}")
@@ -201,8 +223,11 @@ def differences(files: dict[Path, str], exercises: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 if any file differs from what would be written")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if any file differs from what would be written",
+    )
     parser.add_argument("--solutions", type=Path, default=ROOT / "solutions")
     parser.add_argument("--exercises", type=Path, default=ROOT / "exercises")
     args = parser.parse_args(argv)
@@ -217,8 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         problems = differences(files, args.exercises)
         if problems:
-            print("Exercises are out of sync with their solutions "
-                  "(run python tools/generate_exercises.py):", file=sys.stderr)
+            print(
+                "Exercises are out of sync with their solutions "
+                "(run python tools/generate_exercises.py):",
+                file=sys.stderr,
+            )
             print("\n".join(problems), file=sys.stderr)
             return 1
         print(f"{len(files) // 2} exercise notebooks match their solutions.")

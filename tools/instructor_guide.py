@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "instructor-guide.md"
 sys.path.insert(0, str(ROOT))
 
-from lessonkit.exercises.expected import bank  # noqa: E402
 from lessonkit.exercises.checking import question_ids  # noqa: E402
+from lessonkit.exercises.expected import bank  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- (mistakes|points):(\d\d) -->\n)(.*?)(<!-- /\2 -->)", re.S)
 
@@ -36,11 +36,15 @@ def mistakes_block(section: str) -> str:
     for qid in question_ids(section):
         question = bank()[qid]
         for mistake in question.get("mistakes", []):
-            lines.append(f"- {qid} {question['title']}: an answer {_ratio(mistake['ratio'])}x the "
-                         f"expected one: {mistake['hint']}")
+            lines.append(
+                f"- {qid} {question['title']}: an answer {_ratio(mistake['ratio'])}x the "
+                f"expected one: {mistake['hint']}"
+            )
         if "guide" in question:
-            lines.append(f"- {qid} {question['title']}: the guide's figure "
-                         f"({question['guide']['answer']}): {question['guide']['says']}")
+            lines.append(
+                f"- {qid} {question['title']}: the guide's figure "
+                f"({question['guide']['answer']}): {question['guide']['says']}"
+            )
     return "\n".join(lines or ["- No recorded mistakes in the exercise data."]) + "\n"
 
 
@@ -72,8 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     new = render(text)
     if args.check:
         if new != text:
-            print("docs/instructor-guide.md is out of step with the exercise data "
-                  "(run python tools/instructor_guide.py)", file=sys.stderr)
+            print(
+                "docs/instructor-guide.md is out of step with the exercise data "
+                "(run python tools/instructor_guide.py)",
+                file=sys.stderr,
+            )
             return 1
         print("docs/instructor-guide.md is in step with the exercise data.")
         return 0

@@ -50,8 +50,10 @@ def find_notebook(number: str, folder: Path = NOTEBOOKS) -> Path:
     for path in names:
         if key in (path.name, path.stem) or (key.isdigit() and path.name[:2] == f"{int(key):02d}"):
             return path
-    raise PresentError(f"No notebook {number!r}; choose one of "
-                       f"{', '.join(p.name[:2] for p in names)} ({', '.join(p.stem for p in names)}).")
+    raise PresentError(
+        f"No notebook {number!r}; choose one of "
+        f"{', '.join(p.name[:2] for p in names)} ({', '.join(p.stem for p in names)})."
+    )
 
 
 def _first_line(cell: nbformat.NotebookNode) -> str:
@@ -61,9 +63,17 @@ def _first_line(cell: nbformat.NotebookNode) -> str:
 def setup_cells(cells: list) -> set[int]:
     """Indices of the set-up cells: after the title, before the first section that is not
     "## Settings" (install, settings, parameters, imports), plus any later install cell."""
-    first = next((i for i, c in enumerate(cells) if i and c.cell_type == "markdown"
-                  and _first_line(c).startswith("## ") and _first_line(c) != "## Settings"),
-                 len(cells))
+    first = next(
+        (
+            i
+            for i, c in enumerate(cells)
+            if i
+            and c.cell_type == "markdown"
+            and _first_line(c).startswith("## ")
+            and _first_line(c) != "## Settings"
+        ),
+        len(cells),
+    )
     return set(range(1, first)) | {i for i, c in enumerate(cells) if "pip install" in c.source}
 
 
@@ -103,36 +113,61 @@ def mark(paths: list[Path], check: bool) -> list[Path]:
     return off
 
 
-def build_slides(path: Path, out_dir: Path = SLIDES, execute: bool = True,
-                 timeout: int = 600) -> Path:
+def build_slides(
+    path: Path, out_dir: Path = SLIDES, execute: bool = True, timeout: int = 600
+) -> Path:
     """Run ``jupyter nbconvert --to slides`` on a notebook; the path of the HTML it wrote."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "slides",
-               "--output-dir", str(out_dir), str(path)]
+    command = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "nbconvert",
+        "--to",
+        "slides",
+        "--output-dir",
+        str(out_dir),
+        str(path),
+    ]
     if execute:
         command[4:4] = ["--execute", f"--ExecutePreprocessor.timeout={timeout}"]
     env = dict(os.environ, MPLBACKEND=os.environ.get("MPLBACKEND", "Agg"))
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=path.parent)
     if result.returncode != 0:
-        raise PresentError(f"nbconvert could not build slides of {path.name}:\n"
-                           f"{result.stderr[-3000:]}")
+        raise PresentError(
+            f"nbconvert could not build slides of {path.name}:\n{result.stderr[-3000:]}"
+        )
     return out_dir / f"{path.stem}.slides.html"
 
 
 def dashboard(nb: nbformat.NotebookNode, title: str) -> nbformat.NotebookNode:
     """A notebook of the settings and, under their section headings, the explorer cells."""
     cells = nb.cells
-    explorers = [i for i, c in enumerate(cells)
-                 if c.cell_type == "code" and EXPLORER_CALL.search(c.source)]
+    explorers = [
+        i for i, c in enumerate(cells) if c.cell_type == "code" and EXPLORER_CALL.search(c.source)
+    ]
     if not explorers:
-        raise PresentError(f"{title} has no explorers to put on a dashboard; notebooks with "
-                           "explorers: 01, 02, 03 and 04.")
-    keep = [cells[i] for i in sorted(setup_cells(cells))
-            if cells[i].cell_type == "code" and "pip install" not in cells[i].source]
-    out = [nbformat.v4.new_markdown_cell(f"# {title}: explorers")] + [copy.deepcopy(c) for c in keep]
+        raise PresentError(
+            f"{title} has no explorers to put on a dashboard; notebooks with "
+            "explorers: 01, 02, 03 and 04."
+        )
+    keep = [
+        cells[i]
+        for i in sorted(setup_cells(cells))
+        if cells[i].cell_type == "code" and "pip install" not in cells[i].source
+    ]
+    out = [nbformat.v4.new_markdown_cell(f"# {title}: explorers")] + [
+        copy.deepcopy(c) for c in keep
+    ]
     for i in explorers:
-        heading = next((c for c in reversed(cells[:i]) if c.cell_type == "markdown"
-                        and c.source.lstrip().startswith("#")), None)
+        heading = next(
+            (
+                c
+                for c in reversed(cells[:i])
+                if c.cell_type == "markdown" and c.source.lstrip().startswith("#")
+            ),
+            None,
+        )
         if heading is not None:
             out.append(nbformat.v4.new_markdown_cell(heading.source.lstrip().splitlines()[0]))
         out.append(copy.deepcopy(cells[i]))
@@ -170,14 +205,20 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="what", required=True)
     slides = sub.add_parser("slides", help="build reveal.js slides of a notebook")
     slides.add_argument("notebook", help="01 to 06, or a file name")
-    slides.add_argument("--no-execute", action="store_true",
-                        help="do not run the notebook first (no charts on the slides)")
+    slides.add_argument(
+        "--no-execute",
+        action="store_true",
+        help="do not run the notebook first (no charts on the slides)",
+    )
     voila = sub.add_parser("voila", help="serve a dashboard of a notebook's explorers")
     voila.add_argument("notebook", help="01 to 04, or a file name")
     voila.add_argument("--port", type=int)
     voila.add_argument("--no-browser", action="store_true")
-    voila.add_argument("--print-only", action="store_true",
-                       help="write the dashboard and print the Voilà command, do not start it")
+    voila.add_argument(
+        "--print-only",
+        action="store_true",
+        help="write the dashboard and print the Voilà command, do not start it",
+    )
     marks = sub.add_parser("mark", help="set the slide metadata of notebooks/*.ipynb")
     marks.add_argument("--check", action="store_true", help="write nothing; exit 1 when off")
     marks.add_argument("paths", nargs="*", type=Path)
@@ -187,11 +228,16 @@ def main(argv: list[str] | None = None) -> int:
             paths = args.paths or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
             off = mark(paths, args.check)
             if args.check and off:
-                print("Slide metadata out of step (run python tools/present.py mark): "
-                      + ", ".join(p.name for p in off), file=sys.stderr)
+                print(
+                    "Slide metadata out of step (run python tools/present.py mark): "
+                    + ", ".join(p.name for p in off),
+                    file=sys.stderr,
+                )
                 return 1
-            print(f"{len(paths)} notebooks: slide metadata {'in step' if args.check else 'set'}"
-                  f"{f' ({len(off)} written)' if off and not args.check else ''}.")
+            print(
+                f"{len(paths)} notebooks: slide metadata {'in step' if args.check else 'set'}"
+                f"{f' ({len(off)} written)' if off and not args.check else ''}."
+            )
             return 0
         path = find_notebook(args.notebook)
         if args.what == "slides":

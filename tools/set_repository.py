@@ -21,8 +21,9 @@ import importlib.util
 import json
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -30,7 +31,9 @@ from bootstrap import install_cell  # noqa: E402
 
 REPOSITORY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+$")
 REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
-BADGES = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)\s*\[!\[Open in Kaggle\]\([^)]*\)\]\([^)]*\)")
+BADGES = re.compile(
+    r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)\s*\[!\[Open in Kaggle\]\([^)]*\)\]\([^)]*\)"
+)
 FOLDERS = ("notebooks", "solutions")  # exercises/ are generated from solutions/
 
 
@@ -46,18 +49,21 @@ def write_settings(root: Path, repository: str, ref: str) -> None:
     text = path.read_text(encoding="utf-8")
     text = re.sub(r'(?m)^repository = ".*"$', f'repository = "{repository}"', text, count=1)
     text = re.sub(r'(?m)^release = ".*"$', f'release = "{ref}"', text, count=1)
-    text = re.sub(r'(?m)^Homepage = ".*"$', f'Homepage = "https://github.com/{repository}"', text,
-                  count=1)
+    text = re.sub(
+        r'(?m)^Homepage = ".*"$', f'Homepage = "https://github.com/{repository}"', text, count=1
+    )
     path.write_text(text, encoding="utf-8")
 
 
 def badges(repository: str, ref: str, path: str) -> str:
     """The Colab and Kaggle badges for the notebook at ``path`` (relative to the repository)."""
     url = f"github.com/{repository}/blob/{ref}/{path}"
-    return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"(https://colab.research.google.com/{url.replace('github.com', 'github', 1)}) "
-            f"[![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]"
-            f"(https://kaggle.com/kernels/welcome?src=https://{url})")
+    return (
+        f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+        f"(https://colab.research.google.com/{url.replace('github.com', 'github', 1)}) "
+        f"[![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]"
+        f"(https://kaggle.com/kernels/welcome?src=https://{url})"
+    )
 
 
 def _source(cell: dict) -> str:
@@ -78,7 +84,9 @@ def rewrite(notebook: dict, path: str, repository: str, ref: str) -> list[str]:
     """Rewrite ``notebook`` in place; return what did not match (empty when all is in place)."""
     problems = []
     cells = notebook["cells"]
-    first_md = next((c for c in cells if c["cell_type"] == "markdown" and BADGES.search(_source(c))), None)
+    first_md = next(
+        (c for c in cells if c["cell_type"] == "markdown" and BADGES.search(_source(c))), None
+    )
     if first_md is None:
         raise NotebookError(f"{path}: no Colab and Kaggle badges in a markdown cell")
     else:
@@ -101,7 +109,9 @@ def dumps(notebook: dict) -> str:
 
 
 def regenerate_exercises(root: Path, check: bool) -> int:
-    spec = importlib.util.spec_from_file_location("generate_exercises", HERE / "generate_exercises.py")
+    spec = importlib.util.spec_from_file_location(
+        "generate_exercises", HERE / "generate_exercises.py"
+    )
     generator = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generator)
     args = ["--solutions", str(root / "solutions"), "--exercises", str(root / "exercises")]
@@ -111,8 +121,12 @@ def regenerate_exercises(root: Path, check: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("repository", nargs="?", help="OWNER/NAME on GitHub (default: pyproject's)")
-    parser.add_argument("--ref", help="the release tag the notebooks install (default: pyproject's)")
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 on disagreement")
+    parser.add_argument(
+        "--ref", help="the release tag the notebooks install (default: pyproject's)"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 on disagreement"
+    )
     parser.add_argument("--root", type=Path, default=HERE.parent, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     repository, ref = read_settings(args.root)

@@ -60,11 +60,16 @@ def strip(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     nb.metadata.pop("widgets", None)
     nb.metadata.pop("papermill", None)
     nb.metadata.pop("execution", None)
-    nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python",
-                                 "name": "python3"}
+    nb.metadata["kernelspec"] = {
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+        "name": "python3",
+    }
     nb.metadata["language_info"] = {"name": "python"}
     for cell in nb.cells:
-        cell.metadata = {k: v for k, v in cell.get("metadata", {}).items() if k in KEEP_CELL_METADATA}
+        cell.metadata = {
+            k: v for k, v in cell.get("metadata", {}).items() if k in KEEP_CELL_METADATA
+        }
         if cell.cell_type != "code":
             cell.pop("outputs", None)
             cell.pop("execution_count", None)
@@ -100,8 +105,12 @@ def execute(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
 
     os.environ.setdefault("MPLBACKEND", "Agg")
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
     return nb
 
 
@@ -115,19 +124,29 @@ def _write_if_changed(path: Path, nb: nbformat.NotebookNode) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("paths", nargs="*", type=Path, help="notebooks (default: notebooks/*.ipynb)")
+    parser.add_argument(
+        "paths", nargs="*", type=Path, help="notebooks (default: notebooks/*.ipynb)"
+    )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true", help="only report notebooks that are not clean")
-    mode.add_argument("--execute", action="store_true",
-                      help="re-run each notebook and store fresh outputs of its checked cells")
+    mode.add_argument(
+        "--check", action="store_true", help="only report notebooks that are not clean"
+    )
+    mode.add_argument(
+        "--execute",
+        action="store_true",
+        help="re-run each notebook and store fresh outputs of its checked cells",
+    )
     args = parser.parse_args(argv)
     paths = args.paths or sorted(NOTEBOOKS.glob("*.ipynb"))
     status = 0
     for path in paths:
         nb = nbformat.read(path, as_version=4)
         if args.check:
-            for problem in problems(nb) + (["not stripped"] if nbformat.writes(strip(nb)) + "\n"
-                                           != path.read_text(encoding="utf-8") else []):
+            for problem in problems(nb) + (
+                ["not stripped"]
+                if nbformat.writes(strip(nb)) + "\n" != path.read_text(encoding="utf-8")
+                else []
+            ):
                 print(f"{path}: {problem}")
                 status = 1
             continue

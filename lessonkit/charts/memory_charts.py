@@ -21,24 +21,36 @@ from __future__ import annotations
 
 import math
 import textwrap
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..errors import LessonkitError
+
 # Re-exported: ``lessonkit.charts.<name>`` is the one place the notebooks and tests look.
-from ..hardware.gpu_records import (catalog_gpus, field, fit_note, gpu_fits, gpu_label,
-                          gpu_memory_gb, gpu_usable_bytes, headroom_text,
-                          price_text, usable_text)
-from .palette import (ALERT_COLOR, CATEGORY_COLORS, FIT_COLOR, NO_FIT_COLOR)
+from ..hardware.gpu_records import (
+    catalog_gpus,
+    field,
+    fit_note,
+    gpu_fits,
+    gpu_label,
+    gpu_memory_gb,
+    gpu_usable_bytes,
+    headroom_text,
+    price_text,
+    usable_text,
+)
 from ..memory.report import CATEGORIES, LABELS, MemoryReport
 from ..units import GiB
+from .palette import ALERT_COLOR, CATEGORY_COLORS, FIT_COLOR, NO_FIT_COLOR
 
 # The sizes cards are sold as ("24 GB", really GiB) of common training GPUs: the breakdown
 # chart draws a line at the usable memory of the catalog's card of each size.
 COMMON_GPU_SIZES_GB = (16, 24, 40, 48, 80, 141)
 
 
-def size_lines(gpu_sizes: Iterable[float] | None = None,
-               gpus: Sequence[Any] | None = None) -> list[tuple[float, str]]:
+def size_lines(
+    gpu_sizes: Iterable[float] | None = None, gpus: Sequence[Any] | None = None
+) -> list[tuple[float, str]]:
     """(GiB, label) of each GPU line, lowest first.
 
     For each card size (what it is sold as: 24 for "24 GB"), the line stands at the usable
@@ -50,8 +62,13 @@ def size_lines(gpu_sizes: Iterable[float] | None = None,
     lines = []
     for size in sorted(float(s) for s in (gpu_sizes or COMMON_GPU_SIZES_GB)):
         same = [g for g in gpus if abs(gpu_memory_gb(g) - size) < 0.5]
-        same.sort(key=lambda g: (not field(g, "in_guide", default=False),
-                                 field(g, "price_per_hour") is None, gpu_label(g)))
+        same.sort(
+            key=lambda g: (
+                not field(g, "in_guide", default=False),
+                field(g, "price_per_hour") is None,
+                gpu_label(g),
+            )
+        )
         if not same:
             lines.append((size, f"{size:g} GB card (full size; usable is less)"))
             continue
@@ -61,8 +78,9 @@ def size_lines(gpu_sizes: Iterable[float] | None = None,
     return sorted(lines)
 
 
-def largest_gpu(gpus: Sequence[Any] | None = None,
-                gpu_sizes: Iterable[float] | None = None) -> tuple[float, str]:
+def largest_gpu(
+    gpus: Sequence[Any] | None = None, gpu_sizes: Iterable[float] | None = None
+) -> tuple[float, str]:
     """(bytes, description) of the largest single device known, by usable memory
     ('MI300X, 191.5 GiB usable'); without a catalog, the largest size line."""
     gpus = catalog_gpus() if gpus is None else gpus
@@ -105,8 +123,11 @@ def ways_to_fit(report: MemoryReport) -> list[str]:
     if not s.get("gradient_checkpointing"):
         ways.append("gradient checkpointing")
     if s.get("method") != "qlora" and (s.get("n_gpus", 1) == 1 or s.get("zero_stage", 0) < 3):
-        ways.append("more GPUs with ZeRO-3/FSDP" if s.get("n_gpus", 1) == 1
-                    else "ZeRO-3/FSDP to shard the weights")
+        ways.append(
+            "more GPUs with ZeRO-3/FSDP"
+            if s.get("n_gpus", 1) == 1
+            else "ZeRO-3/FSDP to shard the weights"
+        )
     if s.get("method") == "full" and not s.get("offload_optimizer"):
         ways.append("optimizer offload")
     if s.get("batch_size", 1) > 1:
@@ -126,8 +147,9 @@ class BreakdownChart:
     """Stacked bars of MemoryReport breakdowns (GiB) with dashed lines at common GPUs' usable
     memory; ``update`` redraws in place."""
 
-    def __init__(self, ax: Any, gpu_sizes: Iterable[float] | None = None,
-                 gpus: Sequence[Any] | None = None) -> None:
+    def __init__(
+        self, ax: Any, gpu_sizes: Iterable[float] | None = None, gpus: Sequence[Any] | None = None
+    ) -> None:
         self.ax = ax
         gpus = catalog_gpus() if gpus is None else list(gpus)
         self.lines = size_lines(gpu_sizes, gpus)
@@ -140,11 +162,32 @@ class BreakdownChart:
         self.gpu_texts = []
         for size, label in self.lines:
             self.gpu_lines.append(ax.axhline(size, color="0.35", lw=0.9, ls="--", zorder=1))
-            self.gpu_texts.append(ax.text(
-                0.995, size, label, transform=ax.get_yaxis_transform(), ha="right",
-                va="bottom", fontsize=7.5, color="0.25", clip_on=True, zorder=4))
-        self.note = ax.text(0.01, 0.98, "", transform=ax.transAxes, ha="left", va="top",
-                            fontsize=9, color=ALERT_COLOR, fontweight="bold", zorder=5)
+            self.gpu_texts.append(
+                ax.text(
+                    0.995,
+                    size,
+                    label,
+                    transform=ax.get_yaxis_transform(),
+                    ha="right",
+                    va="bottom",
+                    fontsize=7.5,
+                    color="0.25",
+                    clip_on=True,
+                    zorder=4,
+                )
+            )
+        self.note = ax.text(
+            0.01,
+            0.98,
+            "",
+            transform=ax.transAxes,
+            ha="left",
+            va="top",
+            fontsize=9,
+            color=ALERT_COLOR,
+            fontweight="bold",
+            zorder=5,
+        )
         self.legend = None
         self.show_other = False
         self.legend_version = 0
@@ -158,12 +201,22 @@ class BreakdownChart:
             text.remove()
         x = list(range(n))
         self.containers = {
-            key: self.ax.bar(x, [0.0] * n, width=0.55, color=CATEGORY_COLORS[key],
-                             label=LABELS.get(key, "Other"), zorder=2)
+            key: self.ax.bar(
+                x,
+                [0.0] * n,
+                width=0.55,
+                color=CATEGORY_COLORS[key],
+                label=LABELS.get(key, "Other"),
+                zorder=2,
+            )
             for key in (*CATEGORIES, "other")
         }
-        self.peak_texts = [self.ax.text(i, 0, "", ha="center", va="bottom", fontsize=9,
-                                        fontweight="bold", zorder=5) for i in x]
+        self.peak_texts = [
+            self.ax.text(
+                i, 0, "", ha="center", va="bottom", fontsize=9, fontweight="bold", zorder=5
+            )
+            for i in x
+        ]
         self.ax.set_xticks(x)
         self.ax.set_xlim(-0.6, n - 0.4 + (0.6 if n == 1 else 0.0))
         self.n_bars = n
@@ -178,8 +231,15 @@ class BreakdownChart:
             self.legend.remove()
         # Placed beside the axes but owned by the figure: a live redraw can then repaint the
         # axes alone over a saved picture of the rest (the legend changes rarely).
-        legend = Legend(self.ax, handles, [h.get_label() for h in handles], fontsize=7.5,
-                        loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        legend = Legend(
+            self.ax,
+            handles,
+            [h.get_label() for h in handles],
+            fontsize=7.5,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            frameon=False,
+        )
         figure = self.ax.figure
         figure.legends.append(legend)
         legend._remove_method = figure.legends.remove
@@ -187,8 +247,9 @@ class BreakdownChart:
         self.show_other = show_other
         self.legend_version += 1
 
-    def update(self, reports: MemoryReport | Sequence[MemoryReport],
-               labels: Sequence[str] | None = None) -> None:
+    def update(
+        self, reports: MemoryReport | Sequence[MemoryReport], labels: Sequence[str] | None = None
+    ) -> None:
         """Show these reports: bar heights, peak labels, limits and the no-fit note."""
         reports = [reports] if isinstance(reports, MemoryReport) else list(reports)
         if not reports:
@@ -227,7 +288,8 @@ class BreakdownChart:
             which = "" if len(reports) == 1 else f"Bar {', '.join(str(i + 1) for i in too_big)}: "
             self.note.set_text(
                 f"{which}does not fit on any single GPU (largest: {self.largest_name}).\n"
-                + textwrap.fill("; ".join(ways_to_fit(reports[too_big[0]])) + ".", 62))
+                + textwrap.fill("; ".join(ways_to_fit(reports[too_big[0]])) + ".", 62)
+            )
         else:
             self.note.set_text("")
         if len(reports) == 1:
@@ -272,8 +334,9 @@ class BreakdownChart:
         box = self.note.get_window_extent(renderer).padded(2)
         others = [p for c in self.containers.values() for p in c.patches if p.get_height()]
         others += [*self._gpu_texts_over_bars(), *self.peak_texts]
-        return not any(box.overlaps(a.get_window_extent(renderer)) for a in others
-                       if a.get_visible())
+        return not any(
+            box.overlaps(a.get_window_extent(renderer)) for a in others if a.get_visible()
+        )
 
     def _gpu_texts_over_bars(self) -> list[Any]:
         # A GPU size label beside the bars never changes; only one a bar can reach must be
@@ -297,13 +360,18 @@ class BreakdownChart:
 
     def heights(self) -> list[dict[str, float]]:
         """GiB per category of each bar, as drawn (for checks)."""
-        return [{key: c.patches[i].get_height() for key, c in self.containers.items()}
-                for i in range(self.n_bars)]
+        return [
+            {key: c.patches[i].get_height() for key, c in self.containers.items()}
+            for i in range(self.n_bars)
+        ]
 
 
-def draw_breakdown(ax: Any, reports: MemoryReport | Sequence[MemoryReport],
-                   gpu_sizes: Iterable[float] | None = None,
-                   labels: Sequence[str] | None = None) -> BreakdownChart:
+def draw_breakdown(
+    ax: Any,
+    reports: MemoryReport | Sequence[MemoryReport],
+    gpu_sizes: Iterable[float] | None = None,
+    labels: Sequence[str] | None = None,
+) -> BreakdownChart:
     """Stacked bars of one or more reports' peak memory (GiB), with lines at the usable memory
     of common GPUs (one per card size in ``gpu_sizes``, see ``size_lines``)."""
     chart = BreakdownChart(ax, gpu_sizes)
@@ -312,8 +380,9 @@ def draw_breakdown(ax: Any, reports: MemoryReport | Sequence[MemoryReport],
 
 
 # ----- which GPUs fit ----------------------------------------------------------------------
-def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any], *,
-                 settings: bool = True) -> dict[str, Any]:
+def draw_gpu_fit(
+    ax: Any, report: MemoryReport, gpus: Sequence[Any], *, settings: bool = True
+) -> dict[str, Any]:
     """One bar per GPU (usable memory, GiB), coloured by whether the report's peak fits on it.
 
     The required peak is a vertical line; labels give the headroom (or shortfall) and the price
@@ -328,28 +397,57 @@ def draw_gpu_fit(ax: Any, report: MemoryReport, gpus: Sequence[Any], *,
     sizes = [gpu_usable_bytes(g) / GiB for g in gpus]
     guide = [bool(field(g, "in_guide", default=False)) for g in gpus]
     y = list(range(len(gpus)))
-    bars = ax.barh(y, sizes, height=0.65, color=NO_FIT_COLOR,
-                   edgecolor=["black" if g else "none" for g in guide], linewidth=1.4, zorder=2)
+    bars = ax.barh(
+        y,
+        sizes,
+        height=0.65,
+        color=NO_FIT_COLOR,
+        edgecolor=["black" if g else "none" for g in guide],
+        linewidth=1.4,
+        zorder=2,
+    )
     ax.set_yticks(y)
-    ax.set_yticklabels([f"{gpu_label(g)}{' *' if gd else ''} ({gpu_memory_gb(g):g} GB card)"
-                        for g, gd in zip(gpus, guide)], fontsize=8)
+    ax.set_yticklabels(
+        [
+            f"{gpu_label(g)}{' *' if gd else ''} ({gpu_memory_gb(g):g} GB card)"
+            for g, gd in zip(gpus, guide)
+        ],
+        fontsize=8,
+    )
     for tick, gd in zip(ax.get_yticklabels(), guide):
         tick.set_fontweight("bold" if gd else "normal")
     labels = [ax.text(0, i, "", va="center", fontsize=7.5) for i in y]
     line = ax.axvline(0, color=ALERT_COLOR, lw=1.6, zorder=3)
-    need_text = ax.text(0, 0.995, "", transform=ax.get_xaxis_transform(), ha="left", va="top",
-                        fontsize=8, color=ALERT_COLOR, bbox=dict(fc="white", ec="none", pad=1),
-                        zorder=4)
+    need_text = ax.text(
+        0,
+        0.995,
+        "",
+        transform=ax.get_xaxis_transform(),
+        ha="left",
+        va="top",
+        fontsize=8,
+        color=ALERT_COLOR,
+        bbox=dict(fc="white", ec="none", pad=1),
+        zorder=4,
+    )
     ax.set_ylim(-0.7, len(gpus) - 0.3)
     ax.set_xlabel("Memory one device offers to PyTorch (GiB); * = in the guide's matrix")
-    drawn = {"bars": bars, "labels": labels, "line": line, "need_text": need_text, "gpus": gpus,
-             "sizes": sizes, "fits": []}
+    drawn = {
+        "bars": bars,
+        "labels": labels,
+        "line": line,
+        "need_text": need_text,
+        "gpus": gpus,
+        "sizes": sizes,
+        "fits": [],
+    }
     update_gpu_fit(ax, drawn, report, settings=settings)
     return drawn
 
 
-def update_gpu_fit(ax: Any, drawn: dict[str, Any], report: MemoryReport, *,
-                   settings: bool = True) -> dict[str, Any]:
+def update_gpu_fit(
+    ax: Any, drawn: dict[str, Any], report: MemoryReport, *, settings: bool = True
+) -> dict[str, Any]:
     """Show ``report`` on a chart from ``draw_gpu_fit``: colours, labels, the line and the title
     change in place (the bars' lengths and names stay)."""
     gpus, sizes = drawn["gpus"], drawn["sizes"]
@@ -358,9 +456,10 @@ def update_gpu_fit(ax: Any, drawn: dict[str, Any], report: MemoryReport, *,
     # The x axis grows in steps of 1.5x past the largest GPU, so most changes keep it (and the
     # explorer repaints only what changed).
     steps = math.ceil(math.log(need / max(sizes), 1.5)) if need > max(sizes) else 0
-    right = max(sizes) * 1.45 * 1.5 ** steps
+    right = max(sizes) * 1.45 * 1.5**steps
     for i, (gpu, size, fit, patch, label) in enumerate(
-            zip(gpus, sizes, fits, drawn["bars"].patches, drawn["labels"])):
+        zip(gpus, sizes, fits, drawn["bars"].patches, drawn["labels"])
+    ):
         patch.set_facecolor(FIT_COLOR if fit else NO_FIT_COLOR)
         text = headroom_text(gpu, report)
         note = fit_note(gpu, report)
@@ -387,6 +486,11 @@ def gpu_fit_live_artists(ax: Any, drawn: dict[str, Any]) -> list[Any]:
     """What a new report changes on a ``draw_gpu_fit`` chart, in drawing order (bars under the
     spines, labels and the line, as in a full draw). The title is not among them: an explorer
     keeps it in its saved picture (its static key holds the title)."""
-    artists = [*drawn["bars"].patches, *ax.spines.values(), *drawn["labels"], drawn["line"],
-               drawn["need_text"]]
+    artists = [
+        *drawn["bars"].patches,
+        *ax.spines.values(),
+        *drawn["labels"],
+        drawn["line"],
+        drawn["need_text"],
+    ]
     return sorted(artists, key=lambda a: a.get_zorder())

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import textwrap
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import LessonkitError, choose
 from ..hardware.gpu_records import field
-from .palette import ALERT_COLOR, TIER_COLORS
 from ..units import format_hours, parse_count
+from .palette import ALERT_COLOR, TIER_COLORS
 
 
 def environment_row(row: Any) -> dict[str, Any]:
@@ -45,8 +46,14 @@ def draw_environment_costs(ax: Any, rows: Sequence[Any]) -> dict[str, Any]:
     ax.set_yticks(y)
     ax.set_yticklabels([textwrap.fill(d["name"], 24) for d in data], fontsize=8)
     ax.set_xlabel("Cost of the run (USD)")
-    drawn = {"bars": bars, "labels": labels, "rows": data, "legend": None, "tiers": None,
-             "names": [d["name"] for d in data]}
+    drawn = {
+        "bars": bars,
+        "labels": labels,
+        "rows": data,
+        "legend": None,
+        "tiers": None,
+        "names": [d["name"] for d in data],
+    }
     update_environment_costs(ax, drawn, rows)
     return drawn
 
@@ -57,14 +64,17 @@ def update_environment_costs(ax: Any, drawn: dict[str, Any], rows: Sequence[Any]
     tiers change in place."""
     data = [environment_row(r) for r in rows]
     if [d["name"] for d in data] != drawn["names"]:
-        raise LessonkitError("update_environment_costs needs the rows' environments in the "
-                             f"order drawn: {drawn['names']}.")
+        raise LessonkitError(
+            "update_environment_costs needs the rows' environments in the "
+            f"order drawn: {drawn['names']}."
+        )
     costs = [float(d["cost"]) if d["cost"] is not None else 0.0 for d in data]
     # The x axis grows in steps of 1.5x, so most changes keep it (and the explorer repaints
     # only the bars and their labels over a saved picture of the axis).
     right = 1.6 * 1.5 ** max(0, math.ceil(math.log(max(costs + [1.0]), 1.5) - 1e-9))
     for i, (d, cost, patch, label) in enumerate(
-            zip(data, costs, drawn["bars"].patches, drawn["labels"])):
+        zip(data, costs, drawn["bars"].patches, drawn["labels"])
+    ):
         patch.set_width(cost)
         patch.set_facecolor(TIER_COLORS.get(d["tier"], "#4C72B0"))
         if d["cost"] is None:
@@ -88,12 +98,26 @@ def update_environment_costs(ax: Any, drawn: dict[str, Any], rows: Sequence[Any]
 
         if drawn["legend"] is not None:
             drawn["legend"].remove()
-        drawn["legend"] = ax.legend(
-            handles=[Patch(color=TIER_COLORS[t], label=t) for t in tiers], title="tier",
-            fontsize=7, title_fontsize=7, ncol=2, columnspacing=0.8, handlelength=1.2,
-            loc="lower right", bbox_to_anchor=(-0.02, 0.0), bbox_transform=_corner(ax),
-            borderaxespad=0.2, borderpad=0.2, labelspacing=0.3,
-            frameon=False) if tiers else None
+        drawn["legend"] = (
+            ax.legend(
+                handles=[Patch(color=TIER_COLORS[t], label=t) for t in tiers],
+                title="tier",
+                fontsize=7,
+                title_fontsize=7,
+                ncol=2,
+                columnspacing=0.8,
+                handlelength=1.2,
+                loc="lower right",
+                bbox_to_anchor=(-0.02, 0.0),
+                bbox_transform=_corner(ax),
+                borderaxespad=0.2,
+                borderpad=0.2,
+                labelspacing=0.3,
+                frameon=False,
+            )
+            if tiers
+            else None
+        )
         drawn["tiers"] = tiers
     drawn["rows"] = data
     return drawn
@@ -111,10 +135,18 @@ def environment_costs_static_key(ax: Any, drawn: dict[str, Any]) -> tuple:
     """What the rest of a ``draw_environment_costs`` chart shows besides
     ``environment_costs_live_artists``: the rows, the x axis, the legend, the title and the
     labels of rows that are not possible (they stay as long as the note does)."""
-    fixed = tuple((i, label.get_text()) for i, (d, label) in
-                  enumerate(zip(drawn["rows"], drawn["labels"])) if d["cost"] is None)
-    return (tuple(drawn["names"]), ax.get_xlim(), tuple(drawn["tiers"] or ()),
-            ax.get_title(), fixed)
+    fixed = tuple(
+        (i, label.get_text())
+        for i, (d, label) in enumerate(zip(drawn["rows"], drawn["labels"]))
+        if d["cost"] is None
+    )
+    return (
+        tuple(drawn["names"]),
+        ax.get_xlim(),
+        tuple(drawn["tiers"] or ()),
+        ax.get_title(),
+        fixed,
+    )
 
 
 def environment_costs_live_artists(ax: Any, drawn: dict[str, Any]) -> list[Any]:
@@ -140,8 +172,13 @@ def environment_costs_rows(ax: Any, drawn: dict[str, Any]) -> list[tuple[Any, An
         y = n - 1 - i
         low, high = sorted(ax.transData.transform([(0, y - 0.5), (0, y + 0.5)])[:, 1])
         band = Bbox([[box.x0 - 3, max(low, box.y0)], [ax.figure.bbox.x1, min(high, box.y1)]])
-        shows = (label.get_text(), label.get_position(), label.get_color(), patch.get_width(),
-                 tuple(patch.get_facecolor()))
+        shows = (
+            label.get_text(),
+            label.get_position(),
+            label.get_color(),
+            patch.get_width(),
+            tuple(patch.get_facecolor()),
+        )
         rows.append(((i, shows), band, [patch, label]))
     return rows
 
@@ -156,8 +193,11 @@ FLOW_NODES = {  # id: (text, x, y, shape)
     "cluster": ("Multi-GPU cluster\n(8x A100s)", 0.82, 0.13, "box"),
 }
 FLOW_EDGES = {  # (from, to): label
-    ("goal", "size"): "", ("size", "budget"): "7B / 8B", ("size", "cluster"): "70B",
-    ("budget", "colab_lambda"): "Low", ("budget", "rtx4090"): "High",
+    ("goal", "size"): "",
+    ("size", "budget"): "7B / 8B",
+    ("size", "cluster"): "70B",
+    ("budget", "colab_lambda"): "Low",
+    ("budget", "rtx4090"): "High",
 }
 HIGHLIGHT = "#F2C14E"
 
@@ -174,8 +214,11 @@ def decision_path(model_size: object = None, budget: str | None = None) -> list[
     if 6.5e9 <= n <= 8.6e9:
         path.append("budget")
         if budget is not None:
-            path.append({"low": "colab_lambda", "high": "rtx4090"}[
-                choose(budget, ("low", "high"), "budget").lower()])
+            path.append(
+                {"low": "colab_lambda", "high": "rtx4090"}[
+                    choose(budget, ("low", "high"), "budget").lower()
+                ]
+            )
     elif 65e9 <= n <= 75e9:
         path.append("cluster")
     return path
@@ -192,31 +235,45 @@ def draw_decision_flow(ax: Any, path: Sequence[str] | None = None) -> dict[str, 
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_axis_off()
-    for (x0, x1, title) in ((0.005, 0.275, "Consumer edge"), (0.305, 0.995, "Cloud core")):
+    for x0, x1, title in ((0.005, 0.275, "Consumer edge"), (0.305, 0.995, "Cloud core")):
         ax.add_patch(Rectangle((x0, 0.02), x1 - x0, 0.23, fill=False, ls=":", ec="0.5", lw=1))
         ax.text(x0 + 0.01, 0.235, title, fontsize=7.5, color="0.4", va="top")
     nodes = {}
     for key, (text, x, y, shape) in FLOW_NODES.items():
         style = "round,pad=0.5" if shape == "box" else "round4,pad=0.6"
-        nodes[key] = ax.text(x, y, text, ha="center", va="center", fontsize=9, zorder=3,
-                             bbox=dict(boxstyle=style))
+        nodes[key] = ax.text(
+            x, y, text, ha="center", va="center", fontsize=9, zorder=3, bbox=dict(boxstyle=style)
+        )
     edges, edge_labels = {}, {}
     for (a, b), label in FLOW_EDGES.items():
         (_, xa, ya, _), (_, xb, yb, _) = FLOW_NODES[a], FLOW_NODES[b]
         # From the bottom of one box to the top of the next, clear of the boxes' padding.
         edges[(a, b)] = ax.annotate(
-            "", xy=(0.5, 1.0), xycoords=nodes[b], xytext=(0.5, 0.0), textcoords=nodes[a],
-            zorder=2, arrowprops=dict(arrowstyle="-|>", shrinkA=7, shrinkB=8))
+            "",
+            xy=(0.5, 1.0),
+            xycoords=nodes[b],
+            xytext=(0.5, 0.0),
+            textcoords=nodes[a],
+            zorder=2,
+            arrowprops=dict(arrowstyle="-|>", shrinkA=7, shrinkB=8),
+        )
         if label:
-            edge_labels[(a, b)] = ax.text((xa + xb) / 2 + 0.015, (ya + yb) / 2, label,
-                                          fontsize=8.5, ha="left", zorder=4,
-                                          bbox=dict(fc="white", ec="none", pad=0.5))
+            edge_labels[(a, b)] = ax.text(
+                (xa + xb) / 2 + 0.015,
+                (ya + yb) / 2,
+                label,
+                fontsize=8.5,
+                ha="left",
+                zorder=4,
+                bbox=dict(fc="white", ec="none", pad=0.5),
+            )
     drawn = {"nodes": nodes, "edges": edges, "edge_labels": edge_labels, "path": []}
     return update_decision_flow(ax, drawn, path)
 
 
-def update_decision_flow(ax: Any, drawn: dict[str, Any],
-                         path: Sequence[str] | None = None) -> dict[str, Any]:
+def update_decision_flow(
+    ax: Any, drawn: dict[str, Any], path: Sequence[str] | None = None
+) -> dict[str, Any]:
     """Highlight ``path`` on a chart from ``draw_decision_flow`` (styles change in place)."""
     path = [choose(p, FLOW_NODES, "flow node") for p in (path or [])]
     on_path = set(path)
@@ -247,4 +304,3 @@ def is_highlighted(artist: Any) -> bool:
     from matplotlib.colors import to_hex
 
     return to_hex(artist.get_bbox_patch().get_facecolor()) == to_hex(HIGHLIGHT)
-

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..errors import LessonkitError
 from ..units import GiB
@@ -31,12 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="lessonkit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     add_vram_arguments(sub.add_parser("vram", help="estimate the GPU memory of a fine-tuning run"))
-    add_check_arguments(sub.add_parser("check", help="check this machine's GPU and what it can fine-tune"))
-    add_recommend_arguments(sub.add_parser("recommend", help="rank GPUs and environments for a run"))
+    add_check_arguments(
+        sub.add_parser("check", help="check this machine's GPU and what it can fine-tune")
+    )
+    add_recommend_arguments(
+        sub.add_parser("recommend", help="rank GPUs and environments for a run")
+    )
     from .oom import add_oom_arguments
 
-    add_oom_arguments(sub.add_parser("oom", help="diagnose a PyTorch out-of-memory error"),
-                      add_vram_arguments)
+    add_oom_arguments(
+        sub.add_parser("oom", help="diagnose a PyTorch out-of-memory error"), add_vram_arguments
+    )
     return parser
 
 
@@ -53,58 +58,104 @@ example: lessonkit vram --model llama-2-7b --method qlora --batch-size 4 --seq-l
 def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
     from ..options import ATTENTION, BNB_BEHAVIOURS, LORA_DTYPES, METHODS, OPTIMIZERS, PRECISIONS
 
-    parser.description = ("Estimate the peak GPU memory of one fine-tuning step (per GPU), "
-                          "broken down into weights, gradients, optimizer states, activations "
-                          "and the rest.")
+    parser.description = (
+        "Estimate the peak GPU memory of one fine-tuning step (per GPU), "
+        "broken down into weights, gradients, optimizer states, activations "
+        "and the rest."
+    )
     parser.epilog = VRAM_EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--model", required=True,
-                        help="a preset (llama-2-7b, qwen2.5-7b, ...), a size (7B) or a config.json")
-    parser.add_argument("--method", default="full", help=f"one of {', '.join(METHODS)} (default: full)")
-    parser.add_argument("--precision", default=None,
-                        help=f"one of {', '.join(PRECISIONS)} (default: the method's usual "
-                             "precision: bf16-mixed for full, fp16-mixed on a --gpu without "
-                             "native bf16; bf16 for lora and qlora)")
-    parser.add_argument("--optimizer", default="adamw",
-                        help=f"one of {', '.join(OPTIMIZERS)} (default: adamw)")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="a preset (llama-2-7b, qwen2.5-7b, ...), a size (7B) or a config.json",
+    )
+    parser.add_argument(
+        "--method", default="full", help=f"one of {', '.join(METHODS)} (default: full)"
+    )
+    parser.add_argument(
+        "--precision",
+        default=None,
+        help=f"one of {', '.join(PRECISIONS)} (default: the method's usual "
+        "precision: bf16-mixed for full, fp16-mixed on a --gpu without "
+        "native bf16; bf16 for lora and qlora)",
+    )
+    parser.add_argument(
+        "--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default: adamw)"
+    )
     parser.add_argument("--batch-size", type=int, default=1, help="sequences per step (default: 1)")
-    parser.add_argument("--seq-len", type=int, default=512, help="tokens per sequence (default: 512)")
+    parser.add_argument(
+        "--seq-len", type=int, default=512, help="tokens per sequence (default: 512)"
+    )
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--gradient-accumulation", type=int, default=1, metavar="STEPS")
     parser.add_argument("--lora-rank", type=int, default=16)
-    parser.add_argument("--lora-targets", default=None,
-                        help="comma-separated module names, or all-linear (default: peft's "
-                             "default for the model: q_proj,v_proj; c_attn on GPT-2)")
+    parser.add_argument(
+        "--lora-targets",
+        default=None,
+        help="comma-separated module names, or all-linear (default: peft's "
+        "default for the model: q_proj,v_proj; c_attn on GPT-2)",
+    )
     parser.add_argument("--lora-dtype", default="fp32", help=f"one of {', '.join(LORA_DTYPES)}")
-    parser.add_argument("--lora-dropout", type=float, default=0.0, metavar="P",
-                        help="peft's lora_dropout (default: 0.0, peft's default; recipes "
-                             "often use 0.05-0.1)")
-    parser.add_argument("--bitsandbytes", default="current",
-                        help=f"QLoRA's bitsandbytes behaviour: {', '.join(BNB_BEHAVIOURS)} "
-                             "(default: current, 0.43.2 and later)")
-    parser.add_argument("--no-double-quant", action="store_true",
-                        help="QLoRA without double quantization of the NF4 constants")
+    parser.add_argument(
+        "--lora-dropout",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="peft's lora_dropout (default: 0.0, peft's default; recipes often use 0.05-0.1)",
+    )
+    parser.add_argument(
+        "--bitsandbytes",
+        default="current",
+        help=f"QLoRA's bitsandbytes behaviour: {', '.join(BNB_BEHAVIOURS)} "
+        "(default: current, 0.43.2 and later)",
+    )
+    parser.add_argument(
+        "--no-double-quant",
+        action="store_true",
+        help="QLoRA without double quantization of the NF4 constants",
+    )
     parser.add_argument("--attention", default="sdpa", help=f"one of {', '.join(ATTENTION)}")
     parser.add_argument("--n-gpus", type=int, default=1)
     parser.add_argument("--zero-stage", type=int, default=0, help="ZeRO stage 0-3 (default: 0)")
-    parser.add_argument("--offload-optimizer", action="store_true",
-                        help="optimizer states in CPU RAM (needs --zero-stage 1-3)")
-    parser.add_argument("--activation-offload", action="store_true",
-                        help="copy what is saved for backward to CPU RAM (torch's save_on_cpu, "
-                             "TRL's activation_offloading); needs --gradient-checkpointing")
-    parser.add_argument("--optimizer-in-backward", action="store_true",
-                        help="step each parameter as its gradient is made and free it (torchtune's "
-                             "optimizer_in_bwd); needs --gradient-accumulation 1 and one GPU")
-    parser.add_argument("--no-sync", action="store_true",
-                        help="with several GPUs and --gradient-accumulation, reduce gradients "
-                             "only on the last micro-batch (FSDP's no_sync, the Trainer's "
-                             "default); under --zero-stage 3 each GPU then keeps full, "
-                             "unsharded gradients (no memory change for ZeRO-0/1)")
-    parser.add_argument("--loss", default="standard",
-                        help="standard (the full logits in fp32, default) or chunked (torchtune's "
-                             "CEWithChunkedOutputLoss)")
-    parser.add_argument("--loss-chunks", type=int, default=8, metavar="N",
-                        help="chunks of the chunked loss (default: 8, as torchtune)")
+    parser.add_argument(
+        "--offload-optimizer",
+        action="store_true",
+        help="optimizer states in CPU RAM (needs --zero-stage 1-3)",
+    )
+    parser.add_argument(
+        "--activation-offload",
+        action="store_true",
+        help="copy what is saved for backward to CPU RAM (torch's save_on_cpu, "
+        "TRL's activation_offloading); needs --gradient-checkpointing",
+    )
+    parser.add_argument(
+        "--optimizer-in-backward",
+        action="store_true",
+        help="step each parameter as its gradient is made and free it (torchtune's "
+        "optimizer_in_bwd); needs --gradient-accumulation 1 and one GPU",
+    )
+    parser.add_argument(
+        "--no-sync",
+        action="store_true",
+        help="with several GPUs and --gradient-accumulation, reduce gradients "
+        "only on the last micro-batch (FSDP's no_sync, the Trainer's "
+        "default); under --zero-stage 3 each GPU then keeps full, "
+        "unsharded gradients (no memory change for ZeRO-0/1)",
+    )
+    parser.add_argument(
+        "--loss",
+        default="standard",
+        help="standard (the full logits in fp32, default) or chunked (torchtune's "
+        "CEWithChunkedOutputLoss)",
+    )
+    parser.add_argument(
+        "--loss-chunks",
+        type=int,
+        default=8,
+        metavar="N",
+        help="chunks of the chunked loss (default: 8, as torchtune)",
+    )
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     parser.add_argument("--gpu", help="say whether it fits on this GPU (e.g. t4, 'A100 80GB')")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -116,9 +167,9 @@ def run_vram(args: argparse.Namespace) -> int:
     import json
 
     from ..errors import choose
-    from ..planning.fitting import usual_precision, vram_fixes
-    from ..options import METHODS
     from ..memory.estimating import estimate
+    from ..options import METHODS
+    from ..planning.fitting import usual_precision, vram_fixes
 
     targets = None if args.lora_targets is None else args.lora_targets.strip()
     if targets not in (None, "all-linear"):
@@ -133,28 +184,47 @@ def run_vram(args: argparse.Namespace) -> int:
     if precision is None:
         precision = usual_precision(method, gpu.native_bf16 if gpu is not None else True)
     settings = dict(
-        method=method, precision=precision, optimizer=args.optimizer,
-        batch_size=args.batch_size, seq_len=args.seq_len,
-        gradient_checkpointing=args.gradient_checkpointing, lora_rank=args.lora_rank,
-        lora_targets=targets, n_gpus=args.n_gpus, zero_stage=args.zero_stage,
-        attention=args.attention, offload_optimizer=args.offload_optimizer,
-        double_quant=not args.no_double_quant, lora_dtype=args.lora_dtype,
-        gradient_accumulation=args.gradient_accumulation, device=args.device,
-        lora_dropout=args.lora_dropout, bitsandbytes=args.bitsandbytes,
+        method=method,
+        precision=precision,
+        optimizer=args.optimizer,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        gradient_checkpointing=args.gradient_checkpointing,
+        lora_rank=args.lora_rank,
+        lora_targets=targets,
+        n_gpus=args.n_gpus,
+        zero_stage=args.zero_stage,
+        attention=args.attention,
+        offload_optimizer=args.offload_optimizer,
+        double_quant=not args.no_double_quant,
+        lora_dtype=args.lora_dtype,
+        gradient_accumulation=args.gradient_accumulation,
+        device=args.device,
+        lora_dropout=args.lora_dropout,
+        bitsandbytes=args.bitsandbytes,
         activation_offload=args.activation_offload,
-        optimizer_in_backward=args.optimizer_in_backward, loss=args.loss,
-        loss_chunks=args.loss_chunks, no_sync=args.no_sync)
+        optimizer_in_backward=args.optimizer_in_backward,
+        loss=args.loss,
+        loss_chunks=args.loss_chunks,
+        no_sync=args.no_sync,
+    )
     report = estimate(args.model, **settings)
     fits = None if gpu is None else report.fits(gpu.usable_bytes)
-    fixes = [] if gpu is None or fits else vram_fixes(args.model, settings, gpu.usable_bytes,
-                                                             native_bf16=bool(gpu.native_bf16))
+    fixes = (
+        []
+        if gpu is None or fits
+        else vram_fixes(args.model, settings, gpu.usable_bytes, native_bf16=bool(gpu.native_bf16))
+    )
     if args.json:
         data = report.to_dict()
         if gpu is not None:
-            data["gpu"] = {"name": gpu.name, "memory_bytes": gpu.memory_bytes,
-                           "usable_bytes": gpu.usable_bytes, "fits": fits,
-                           "fixes": [{"flags": flags, "total_bytes": fix.total_bytes}
-                                     for flags, fix in fixes]}
+            data["gpu"] = {
+                "name": gpu.name,
+                "memory_bytes": gpu.memory_bytes,
+                "usable_bytes": gpu.usable_bytes,
+                "fits": fits,
+                "fixes": [{"flags": flags, "total_bytes": fix.total_bytes} for flags, fix in fixes],
+            }
         print(json.dumps(data, indent=2, default=str))
         return EXIT_NO if fits is False else EXIT_OK
     print(dataclasses.replace(report, assumptions=[]))
@@ -162,18 +232,28 @@ def run_vram(args: argparse.Namespace) -> int:
         need, have = report.total_bytes / GiB, gpu.usable_bytes / GiB
         verdict = "fits" if fits else "does NOT fit"
         # Memory in GiB, as cards are sized and as PyTorch reports it (units.MEMORY_UNITS).
-        print(f"\n{gpu.name} ({gpu.memory_gb:g} GB card): {have:.2f} GiB usable; this run needs "
-              f"{need:.2f} GiB per GPU: it {verdict}"
-              + (f" ({have - need:.2f} GiB to spare)" if fits
-                 else f" (short by {need - have:.2f} GiB)") + ".")
+        print(
+            f"\n{gpu.name} ({gpu.memory_gb:g} GB card): {have:.2f} GiB usable; this run needs "
+            f"{need:.2f} GiB per GPU: it {verdict}"
+            + (
+                f" ({have - need:.2f} GiB to spare)"
+                if fits
+                else f" (short by {need - have:.2f} GiB)"
+            )
+            + "."
+        )
         for flags, fix in fixes:
-            print(f"  It fits {'' if flags.startswith('without ') else 'with '}{flags}: "
-                  f"{fix.total_bytes / GiB:.2f} GiB per GPU "
-                  f"({(gpu.usable_bytes - fix.total_bytes) / GiB:.2f} GiB to spare).")
+            print(
+                f"  It fits {'' if flags.startswith('without ') else 'with '}{flags}: "
+                f"{fix.total_bytes / GiB:.2f} GiB per GPU "
+                f"({(gpu.usable_bytes - fix.total_bytes) / GiB:.2f} GiB to spare)."
+            )
         if not fits and not fixes:
-            print("  No single change tried here makes it fit (checkpointing, a smaller batch, "
-                  "an 8-bit optimizer, LoRA/QLoRA, ZeRO-3 on up to 8 GPUs); "
-                  "`lessonkit recommend` ranks the setups that do.")
+            print(
+                "  No single change tried here makes it fit (checkpointing, a smaller batch, "
+                "an 8-bit optimizer, LoRA/QLoRA, ZeRO-3 on up to 8 GPUs); "
+                "`lessonkit recommend` ranks the setups that do."
+            )
     if report.assumptions:
         print("\nAssumptions:")
         print("\n".join(f"  - {note}" for note in report.assumptions))
@@ -191,16 +271,24 @@ kernels in the wheel and the like are reported with a fix-it hint."""
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = ("Check this machine's GPUs (memory, compute capability, native bf16, "
-                          "drivers, a one-kernel smoke test) and say what the model can be "
-                          "fine-tuned with here, or where to go instead.")
+    parser.description = (
+        "Check this machine's GPUs (memory, compute capability, native bf16, "
+        "drivers, a one-kernel smoke test) and say what the model can be "
+        "fine-tuned with here, or where to go instead."
+    )
     parser.epilog = CHECK_EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--model", default="7B",
-                        help="model for the verdict: a preset name or a size such as 7B (default: 7B)")
+    parser.add_argument(
+        "--model",
+        default="7B",
+        help="model for the verdict: a preset name or a size such as 7B (default: 7B)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--require-gpu", action="store_true",
-                        help="exit with 1 when no GPU is usable (for scripts and CI)")
+    parser.add_argument(
+        "--require-gpu",
+        action="store_true",
+        help="exit with 1 when no GPU is usable (for scripts and CI)",
+    )
     parser.set_defaults(handler=run_check)
 
 
@@ -228,20 +316,36 @@ exit codes:
 
 
 def add_recommend_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = ("Rank environments, GPUs and methods for fine-tuning a model: setups "
-                          "that fit first, then the cheapest, each explained.")
+    parser.description = (
+        "Rank environments, GPUs and methods for fine-tuning a model: setups "
+        "that fit first, then the cheapest, each explained."
+    )
     parser.epilog = RECOMMEND_EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--model", default="7B", help="a preset name or a size such as 7B (default: 7B)")
+    parser.add_argument(
+        "--model", default="7B", help="a preset name or a size such as 7B (default: 7B)"
+    )
     parser.add_argument("--method", help="full, lora or qlora (default: all three)")
     parser.add_argument("--budget", help="dollars per hour, or free / low / high")
     parser.add_argument("--platform", help="an environment or a tier")
-    parser.add_argument("--tokens", help="training tokens (e.g. 50M) for the time and cost of the run")
-    parser.add_argument("--batch-size", type=int, default=4,
-                        help="sequences per step to try first (default: 4; halved until it fits)")
-    parser.add_argument("--seq-len", type=int, default=512, help="tokens per sequence (default: 512)")
-    parser.add_argument("--mfu", type=float, default=0.35,
-                        help="model-FLOPs utilisation assumed for the time (default: 0.35)")
+    parser.add_argument(
+        "--tokens", help="training tokens (e.g. 50M) for the time and cost of the run"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=4,
+        help="sequences per step to try first (default: 4; halved until it fits)",
+    )
+    parser.add_argument(
+        "--seq-len", type=int, default=512, help="tokens per sequence (default: 512)"
+    )
+    parser.add_argument(
+        "--mfu",
+        type=float,
+        default=0.35,
+        help="model-FLOPs utilisation assumed for the time (default: 0.35)",
+    )
     parser.add_argument("--limit", type=int, default=10, help="options to print (default: 10)")
     parser.add_argument("--json", action="store_true", help="print every option as JSON")
     parser.set_defaults(handler=run_recommend)
@@ -250,9 +354,16 @@ def add_recommend_arguments(parser: argparse.ArgumentParser) -> None:
 def run_recommend(args: argparse.Namespace) -> int:
     from ..planning.recommender import recommend
 
-    rec = recommend(args.model, method=args.method, budget=args.budget, platform=args.platform,
-                    tokens=args.tokens, mfu=args.mfu, batch_size=args.batch_size,
-                    seq_len=args.seq_len)
+    rec = recommend(
+        args.model,
+        method=args.method,
+        budget=args.budget,
+        platform=args.platform,
+        tokens=args.tokens,
+        mfu=args.mfu,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+    )
     print(rec.to_json() if args.json else rec.text(max(args.limit, 0)))
     return EXIT_OK if rec.options else EXIT_NO
 

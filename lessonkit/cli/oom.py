@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 OOM_EPILOG = """exit codes:
   0  an out-of-memory message was read (and the run's fixes found where settings were given)
@@ -25,14 +25,17 @@ examples:
 MAX_STDIN = 4_000_000  # characters read from standard input
 
 
-def add_oom_arguments(parser: argparse.ArgumentParser,
-                      add_run_arguments: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_oom_arguments(
+    parser: argparse.ArgumentParser, add_run_arguments: Callable[[argparse.ArgumentParser], None]
+) -> None:
     """The run's settings are ``lessonkit vram``'s flags (``add_run_arguments`` adds them),
     with --model optional, and the message."""
     add_run_arguments(parser)
-    parser.description = ("Read a PyTorch out-of-memory error and say what it shows and the "
-                          "cheapest changes that make the run fit on that GPU, each with its "
-                          "estimated peak.")
+    parser.description = (
+        "Read a PyTorch out-of-memory error and say what it shows and the "
+        "cheapest changes that make the run fit on that GPU, each with its "
+        "estimated peak."
+    )
     parser.epilog = OOM_EPILOG
     for action in parser._actions:
         if action.dest == "model":
@@ -42,8 +45,9 @@ def add_oom_arguments(parser: argparse.ArgumentParser,
             action.help = "the GPU it ran on, when the message does not give its size (e.g. t4)"
         elif action.dest == "json":
             action.help = "print the diagnosis as JSON"
-    parser.add_argument("message", nargs="?",
-                        help="the error message or log (default: read from standard input)")
+    parser.add_argument(
+        "message", nargs="?", help="the error message or log (default: read from standard input)"
+    )
     parser.set_defaults(handler=run_oom)
 
 
@@ -59,20 +63,29 @@ def run_oom(args: argparse.Namespace) -> int:
         if targets not in (None, "all-linear"):
             targets = tuple(t.strip() for t in targets.split(",") if t.strip())
         settings = dict(
-            model=args.model, method=args.method, optimizer=args.optimizer,
-            batch_size=args.batch_size, seq_len=args.seq_len,
-            gradient_checkpointing=args.gradient_checkpointing, lora_rank=args.lora_rank,
-            n_gpus=args.n_gpus, zero_stage=args.zero_stage, attention=args.attention,
-            offload_optimizer=args.offload_optimizer, double_quant=not args.no_double_quant,
-            lora_dtype=args.lora_dtype, gradient_accumulation=args.gradient_accumulation,
-            device=args.device)
+            model=args.model,
+            method=args.method,
+            optimizer=args.optimizer,
+            batch_size=args.batch_size,
+            seq_len=args.seq_len,
+            gradient_checkpointing=args.gradient_checkpointing,
+            lora_rank=args.lora_rank,
+            n_gpus=args.n_gpus,
+            zero_stage=args.zero_stage,
+            attention=args.attention,
+            offload_optimizer=args.offload_optimizer,
+            double_quant=not args.no_double_quant,
+            lora_dtype=args.lora_dtype,
+            gradient_accumulation=args.gradient_accumulation,
+            device=args.device,
+        )
         if targets is not None:
             settings["lora_targets"] = targets
         if args.precision is not None:
             settings["precision"] = args.precision
         else:  # the method's usual precision, as `lessonkit vram` takes it
-            from ..planning.fitting import usual_precision
             from ..options import METHODS
+            from ..planning.fitting import usual_precision
 
             if args.method in METHODS:
                 settings["precision"] = usual_precision(args.method)
@@ -80,5 +93,9 @@ def run_oom(args: argparse.Namespace) -> int:
     print(json.dumps(diagnosis.to_dict(), indent=2) if args.json else diagnosis)
     if not diagnosis.recognized:
         return 1
-    return 2 if diagnosis.problems and any(p.startswith(("Could not estimate", "Unknown"))
-                                           for p in diagnosis.problems) else 0
+    return (
+        2
+        if diagnosis.problems
+        and any(p.startswith(("Could not estimate", "Unknown")) for p in diagnosis.problems)
+        else 0
+    )

@@ -6,10 +6,22 @@ calculator and the catalogs when they are checked), never the command line.
 """
 
 from .check_result import STATUSES, CheckResult
-from .checking import (answer_key, check, hint, key_points_found, options, question_ids)
+from .checking import answer_key, check, hint, key_points_found, options, question_ids
 from .expected import bandwidth_ladder
 from .grading import autograde
 from .predictions import predict, reveal
 
-__all__ = ["STATUSES", "CheckResult", "answer_key", "autograde", "bandwidth_ladder", "check",
-           "hint", "key_points_found", "options", "predict", "question_ids", "reveal"]
+__all__ = [
+    "STATUSES",
+    "CheckResult",
+    "answer_key",
+    "autograde",
+    "bandwidth_ladder",
+    "check",
+    "hint",
+    "key_points_found",
+    "options",
+    "predict",
+    "question_ids",
+    "reveal",
+]

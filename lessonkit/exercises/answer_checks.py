@@ -5,14 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from .answer_feedback import _compare, _format, _hide_answer, _is_guide_figure, _tolerance
-from .answer_parsing import (_MAX_CHARS, _MAX_ITEMS, _describe, _is_placeholder, _pick,
-                             _read_number, _read_range, _Unreadable)
-from .check_result import CheckResult
 from ..errors import normalise_name, unknown_name_message
+from ..safe_repr import short_str
+from .answer_feedback import _compare, _format, _hide_answer, _is_guide_figure, _tolerance
+from .answer_parsing import (
+    _MAX_CHARS,
+    _MAX_ITEMS,
+    _describe,
+    _is_placeholder,
+    _pick,
+    _read_number,
+    _read_range,
+    _Unreadable,
+)
+from .check_result import CheckResult
 from .expected import EXPECTED as _EXPECTED
 from .expected import bandwidth_data as _bandwidth_data
-from ..safe_repr import short_str
 
 
 def _check_number(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
@@ -29,17 +37,26 @@ def _check_number(qid: str, question: dict[str, Any], answer: object) -> CheckRe
     expected = float(_EXPECTED[qid]())
     ok, remark = _compare(value, expected, question)
     if ok:
-        return CheckResult(qid, title, "correct",
-                           f"Correct: {_format(value, unit)} (lessonkit: {_format(expected, unit)}).",
-                           tolerance=tolerance)
+        return CheckResult(
+            qid,
+            title,
+            "correct",
+            f"Correct: {_format(value, unit)} (lessonkit: {_format(expected, unit)}).",
+            tolerance=tolerance,
+        )
     guide = question.get("guide")
     if guide and _is_guide_figure((value, value), guide, unit):
-        return CheckResult(qid, title, "not yet",
-                           f"Not yet: {_format(value, unit)} is {remark.split('.')[0]}: that is what "
-                           f"the guide says ({guide['answer']}). {guide['says']}",
-                           tolerance=tolerance)
-    return CheckResult(qid, title, "not yet", f"Not yet: {_format(value, unit)} is {remark}",
-                       tolerance=tolerance)
+        return CheckResult(
+            qid,
+            title,
+            "not yet",
+            f"Not yet: {_format(value, unit)} is {remark.split('.')[0]}: that is what "
+            f"the guide says ({guide['answer']}). {guide['says']}",
+            tolerance=tolerance,
+        )
+    return CheckResult(
+        qid, title, "not yet", f"Not yet: {_format(value, unit)} is {remark}", tolerance=tolerance
+    )
 
 
 def _check_range(qid: str, question: dict[str, Any], span: tuple[float, float]) -> CheckResult:
@@ -49,17 +66,25 @@ def _check_range(qid: str, question: dict[str, Any], span: tuple[float, float]) 
     expected = float(_EXPECTED[qid]())
     shown = f"{_format(low, unit)} to {_format(high, unit)}"
     if _compare(low, expected, question)[0] and _compare(high, expected, question)[0]:
-        return CheckResult(qid, title, "correct",
-                           f"Correct: {shown} (lessonkit: {_format(expected, unit)}).",
-                           tolerance=tolerance)
+        return CheckResult(
+            qid,
+            title,
+            "correct",
+            f"Correct: {shown} (lessonkit: {_format(expected, unit)}).",
+            tolerance=tolerance,
+        )
     where = "inside" if low <= expected <= high else "above" if expected > high else "below"
     guide = question.get("guide")
     if guide and _is_guide_figure(span, guide, unit):
-        message = (f"Not yet: {shown} is the guide's range ({guide['answer']}); lessonkit's "
-                   f"figure for this question lies {where} it. {guide['says']}")
+        message = (
+            f"Not yet: {shown} is the guide's range ({guide['answer']}); lessonkit's "
+            f"figure for this question lies {where} it. {guide['says']}"
+        )
     else:
-        message = (f"Not yet: {shown} is a range, and lessonkit's figure lies {where} it. "
-                   "The question asks for one number.")
+        message = (
+            f"Not yet: {shown} is a range, and lessonkit's figure lies {where} it. "
+            "The question asks for one number."
+        )
     return CheckResult(qid, title, "not yet", message, tolerance=tolerance)
 
 
@@ -68,9 +93,14 @@ def _check_table(qid: str, question: dict[str, Any], answer: object) -> CheckRes
     tolerance = _tolerance(question)[2]
     expected: dict[str, float] = _EXPECTED[qid]()
     if not isinstance(answer, dict) or len(answer) > _MAX_ITEMS:
-        return CheckResult(qid, title, "not yet",
-                           f"Expected a dict with one entry per row ({', '.join(expected)}), "
-                           f"got {_describe(answer)}.", tolerance=tolerance)
+        return CheckResult(
+            qid,
+            title,
+            "not yet",
+            f"Expected a dict with one entry per row ({', '.join(expected)}), "
+            f"got {_describe(answer)}.",
+            tolerance=tolerance,
+        )
     by_key = {normalise_name(k): k for k in expected}
     for row, aliases in _row_aliases(question).items():
         by_key |= {normalise_name(alias): row for alias in aliases if row in expected}
@@ -99,10 +129,22 @@ def _check_table(qid: str, question: dict[str, Any], answer: object) -> CheckRes
     for key in unknown:
         details.append(unknown_name_message(key, expected, "row").replace("Allowed", "Rows"))
     if right == len(expected) and not unknown:
-        return CheckResult(qid, title, "correct", f"Correct: all {right} rows match lessonkit.",
-                           tolerance=tolerance, details=details)
-    return CheckResult(qid, title, "not yet", f"Not yet: {right} of {len(expected)} rows match.",
-                       tolerance=tolerance, details=details)
+        return CheckResult(
+            qid,
+            title,
+            "correct",
+            f"Correct: all {right} rows match lessonkit.",
+            tolerance=tolerance,
+            details=details,
+        )
+    return CheckResult(
+        qid,
+        title,
+        "not yet",
+        f"Not yet: {right} of {len(expected)} rows match.",
+        tolerance=tolerance,
+        details=details,
+    )
 
 
 def _row_aliases(question: dict[str, Any]) -> dict[str, list[str]]:
@@ -119,8 +161,9 @@ def _check_choice(qid: str, question: dict[str, Any], answer: object) -> CheckRe
     if multi:
         raw = [answer] if isinstance(answer, str) else answer
         if not isinstance(raw, (list, tuple, set, frozenset)) or len(raw) > _MAX_ITEMS:
-            return CheckResult(qid, title, "not yet",
-                               f"Expected a list of options, got {_describe(answer)}.")
+            return CheckResult(
+                qid, title, "not yet", f"Expected a list of options, got {_describe(answer)}."
+            )
     elif isinstance(answer, (list, tuple, set, frozenset)):
         return CheckResult(qid, title, "not yet", "Pick one option (a string), not a list.")
     try:
@@ -132,7 +175,12 @@ def _check_choice(qid: str, question: dict[str, Any], answer: object) -> CheckRe
         return CheckResult(qid, title, "correct", f"Correct: {shown}.")
     if multi:
         wrong, missing = len(picks - accepted), len(accepted - picks)
-        parts = ([f"{wrong} of your picks {'is' if wrong == 1 else 'are'} not right"] if wrong else []) + (
-            [f"{missing} right option{'s are' if missing > 1 else ' is'} missing"] if missing else [])
+        parts = (
+            [f"{wrong} of your picks {'is' if wrong == 1 else 'are'} not right"] if wrong else []
+        ) + (
+            [f"{missing} right option{'s are' if missing > 1 else ' is'} missing"]
+            if missing
+            else []
+        )
         return CheckResult(qid, title, "not yet", f"Not yet: {' and '.join(parts)}.")
     return CheckResult(qid, title, "not yet", f"Not yet: {shown} is not the answer.")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .answer_parsing import _EXAMPLES, _read_number, _read_range
 from ..units import GB, GiB
+from .answer_parsing import _EXAMPLES, _read_number, _read_range
 
 
 def _format(value: float, unit: str) -> str:
@@ -57,18 +57,34 @@ def _compare(value: float, expected: float, question: dict[str, Any]) -> tuple[b
                 return False, f"{remark}. {mistake['hint']}"
         unit = question.get("unit", "")
         if unit in _BYTE_UNITS and (abs(ratio - GiB / GB) < 0.01 or abs(ratio - GB / GiB) < 0.01):
-            return False, f"{remark}: by exactly the GiB/GB factor. Check GB (10^9) against GiB (2^30)."
+            return (
+                False,
+                f"{remark}: by exactly the GiB/GB factor. Check GB (10^9) against GiB (2^30).",
+            )
         exponent = math.log10(abs(ratio))
-        if unit in _DIAGNOSED_UNITS and abs(exponent) >= 2.5 and abs(exponent - round(exponent)) < 0.05:
+        if (
+            unit in _DIAGNOSED_UNITS
+            and abs(exponent) >= 2.5
+            and abs(exponent - round(exponent)) < 0.05
+        ):
             return False, f"{remark} by a factor of about 10^{round(exponent)}: check your units."
     return False, remark + "."
 
 
 # Other examples for each unit, used where the usual example is (close to) the answer.
-_OTHER_EXAMPLES = {"GB": "'42.5 GB' or 42.5 (GB)", "s": "'2.5 s' or 2.5 (seconds)",
-                   "h": "'3 h' or 3 (hours)", "$": "'$7.25' or 7.25", "$/h": "'$3.10/h' or 3.1",
-                   "x": "'7x' or 7", "B/param": "'9 B/param' or 9", "params": "'2.1M' or 2.1e6",
-                   "GPUs": "5", "GiB": "'11.5 GiB' or 11.5", "": "7"}
+_OTHER_EXAMPLES = {
+    "GB": "'42.5 GB' or 42.5 (GB)",
+    "s": "'2.5 s' or 2.5 (seconds)",
+    "h": "'3 h' or 3 (hours)",
+    "$": "'$7.25' or 7.25",
+    "$/h": "'$3.10/h' or 3.1",
+    "x": "'7x' or 7",
+    "B/param": "'9 B/param' or 9",
+    "params": "'2.1M' or 2.1e6",
+    "GPUs": "5",
+    "GiB": "'11.5 GiB' or 11.5",
+    "": "7",
+}
 
 
 def _safe_example(unit: str, expected: float, question: dict[str, Any]) -> str:
@@ -76,7 +92,8 @@ def _safe_example(unit: str, expected: float, question: dict[str, Any]) -> str:
     for example in (_EXAMPLES.get(unit, "42"), _OTHER_EXAMPLES.get(unit, "7"), "0.25"):
         value = _read_number(example.split(" or ")[-1].split(" (")[0], unit)
         if not _compare(value, expected, question)[0] and not math.isclose(
-                value, expected, rel_tol=0.25):
+            value, expected, rel_tol=0.25
+        ):
             return example
     return "a number with its unit"
 

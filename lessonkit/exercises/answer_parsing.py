@@ -11,9 +11,9 @@ import re
 from typing import Any
 
 from ..errors import LessonkitError, normalise_name, unknown_name_message
-from .expected import CATALOGS as _CATALOGS
 from ..safe_repr import short_repr
 from ..units import GB, GiB
+from .expected import CATALOGS as _CATALOGS
 
 PLACEHOLDER_TEXT = "Your answer here"
 # The longest answer read as a number or a name; longer ones get feedback without being parsed
@@ -27,7 +27,9 @@ def _is_placeholder(answer: object) -> bool:
     if answer is ... or answer is None:
         return True
     if isinstance(answer, str):
-        key = normalise_name(str.strip(answer)[:1000])  # any text: only its start can be a placeholder
+        key = normalise_name(
+            str.strip(answer)[:1000]
+        )  # any text: only its start can be a placeholder
         return not key or key.startswith(normalise_name(PLACEHOLDER_TEXT))
     return False
 
@@ -40,13 +42,48 @@ def _describe(answer: object) -> str:
 # ----- numbers with units -------------------------------------------------------------------
 # Unit words accepted for each kind of quantity, as a factor to the quantity's base unit.
 _UNITS: dict[str, dict[str, float]] = {
-    "GB": {"b": 1, "byte": 1, "bytes": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40},
-    "s": {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "ms": 1e-3,
-          "millisecond": 1e-3, "milliseconds": 1e-3, "min": 60, "mins": 60, "minute": 60,
-          "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600},
-    "h": {"h": 1, "hr": 1, "hrs": 1, "hour": 1, "hours": 1, "min": 1 / 60, "minutes": 1 / 60,
-          "d": 24, "day": 24, "days": 24},
+    "GB": {
+        "b": 1,
+        "byte": 1,
+        "bytes": 1,
+        "kb": 1e3,
+        "mb": 1e6,
+        "gb": 1e9,
+        "tb": 1e12,
+        "kib": 2**10,
+        "mib": 2**20,
+        "gib": 2**30,
+        "tib": 2**40,
+    },
+    "s": {
+        "s": 1,
+        "sec": 1,
+        "secs": 1,
+        "second": 1,
+        "seconds": 1,
+        "ms": 1e-3,
+        "millisecond": 1e-3,
+        "milliseconds": 1e-3,
+        "min": 60,
+        "mins": 60,
+        "minute": 60,
+        "minutes": 60,
+        "h": 3600,
+        "hour": 3600,
+        "hours": 3600,
+    },
+    "h": {
+        "h": 1,
+        "hr": 1,
+        "hrs": 1,
+        "hour": 1,
+        "hours": 1,
+        "min": 1 / 60,
+        "minutes": 1 / 60,
+        "d": 24,
+        "day": 24,
+        "days": 24,
+    },
     "$": {"usd": 1, "dollar": 1, "dollars": 1},
     "$/h": {"usd": 1, "dollar": 1, "dollars": 1},
     "x": {"x": 1, "×": 1, "times": 1},
@@ -64,8 +101,9 @@ _UNIT_NOISE = {
 }
 # Matched against stripped text, and written so that no part can backtrack over another: the
 # unit is the rest of the text, whatever it is (checked against the unit table afterwards).
-_NUMBER_RE = re.compile(r"(?:us)?\$?\s*([-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*)",
-                        re.S)
+_NUMBER_RE = re.compile(
+    r"(?:us)?\$?\s*([-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*)", re.S
+)
 
 
 def _match_number(text: str) -> re.Match[str] | None:
@@ -80,14 +118,17 @@ def _read_number(answer: object, unit: str) -> float:
     """An answer as a float in the question's base unit (bytes for 'GB'), or _Unreadable."""
     example = f"a number such as {_EXAMPLES.get(unit, '42')}"
     if hasattr(answer, "total_bytes") and hasattr(answer, "breakdown"):
-        raise _Unreadable("That is a whole MemoryReport: answer with the number the question asks "
-                          "for, such as report.total_bytes or report.breakdown['gradients'].")
+        raise _Unreadable(
+            "That is a whole MemoryReport: answer with the number the question asks "
+            "for, such as report.total_bytes or report.breakdown['gradients']."
+        )
     if isinstance(answer, bool) or isinstance(answer, (list, tuple, set, dict)):
         raise _Unreadable(f"Expected one number ({example}), got {_describe(answer)}.")
     if isinstance(answer, str):
         if len(answer) > _MAX_CHARS:
-            raise _Unreadable(f"Expected {example}, got {len(answer):,} characters of text "
-                              f"({_describe(answer)}).")
+            raise _Unreadable(
+                f"Expected {example}, got {len(answer):,} characters of text ({_describe(answer)})."
+            )
         match = _match_number(answer)
         if not match:
             raise _Unreadable(f"Could not read {_describe(answer)} as {example}.")
@@ -107,8 +148,9 @@ def _read_number(answer: object, unit: str) -> float:
             factors = _UNITS.get(unit, {})
             if key not in factors:
                 allowed = ", ".join(sorted(factors)) or "no unit"
-                raise _Unreadable(f"Could not read the unit {unit_text!r} in {_describe(answer)}; "
-                                  f"use {allowed}.")
+                raise _Unreadable(
+                    f"Could not read the unit {unit_text!r} in {_describe(answer)}; use {allowed}."
+                )
             value *= factors[key]
         elif unit == "GB":
             value = _bare_bytes(value)
@@ -129,10 +171,18 @@ def _bare_bytes(value: float) -> float:
     return value if abs(value) >= 1e5 else value * GB
 
 
-_EXAMPLES = {"GB": "'13.5 GB' or 13.5 (GB)", "s": "'0.15 s' or 0.15 (seconds)",
-             "h": "'10 h' or 10 (hours)", "$": "'$12.50' or 12.5", "$/h": "'$1.29/h' or 1.29",
-             "x": "'4x' or 4", "B/param": "'16 B/param' or 16", "params": "'8.4M' or 8.4e6",
-             "GPUs": "2", "GiB": "'2.5 GiB' or 2.5"}
+_EXAMPLES = {
+    "GB": "'13.5 GB' or 13.5 (GB)",
+    "s": "'0.15 s' or 0.15 (seconds)",
+    "h": "'10 h' or 10 (hours)",
+    "$": "'$12.50' or 12.5",
+    "$/h": "'$1.29/h' or 1.29",
+    "x": "'4x' or 4",
+    "B/param": "'16 B/param' or 16",
+    "params": "'8.4M' or 8.4e6",
+    "GPUs": "2",
+    "GiB": "'2.5 GiB' or 2.5",
+}
 
 
 _RANGE_SEPARATOR = re.compile(r"\s*(?:-|–|—|\bto\b|\.\.)\s*")
@@ -142,9 +192,9 @@ def _split_range(text: str) -> tuple[str, str] | None:
     """'120 to 160 GB' -> ('120', '160 GB'): split at the first separator followed by a digit."""
     text = str.strip(text)
     for separator in _RANGE_SEPARATOR.finditer(text, 1):
-        second = text[separator.end():]
+        second = text[separator.end() :]
         if re.match(r"\d", second):
-            return text[:separator.start()], second
+            return text[: separator.start()], second
     return None
 
 
@@ -173,7 +223,9 @@ def _options(question: dict[str, Any]) -> dict[str, str]:
     """normalised alias -> option name."""
     table: dict[str, str] = {}
     for option in question.get("options", []):
-        name, aliases = (option, []) if isinstance(option, str) else (option["name"], option["aliases"])
+        name, aliases = (
+            (option, []) if isinstance(option, str) else (option["name"], option["aliases"])
+        )
         for alias in [name, *aliases]:
             table[normalise_name(alias)] = name
     return table
@@ -189,8 +241,10 @@ def _pick(raw: object, question: dict[str, Any]) -> str:
     if not isinstance(raw, str):
         raise _Unreadable(f"Expected the name of an option (a string), got {_describe(raw)}.")
     if len(raw) > _MAX_CHARS:
-        raise _Unreadable(f"Expected the name of an option, got {len(raw):,} characters of text "
-                          f"({_describe(raw)}).")
+        raise _Unreadable(
+            f"Expected the name of an option, got {len(raw):,} characters of text "
+            f"({_describe(raw)})."
+        )
     raw = str.__str__(raw)  # a str subclass as plain text
     if source:
         try:

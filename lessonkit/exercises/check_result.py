@@ -8,8 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 STATUSES = ("correct", "not yet", "not answered", "self-check")
-_COLOURS = {"correct": "#2e7d32", "not yet": "#e65100", "not answered": "#757575",
-            "self-check": "#1565c0"}
+_COLOURS = {
+    "correct": "#2e7d32",
+    "not yet": "#e65100",
+    "not answered": "#757575",
+    "self-check": "#1565c0",
+}
 _ICONS = {"correct": "✔", "not yet": "✘", "not answered": "…", "self-check": "☐"}
 
 

@@ -17,21 +17,31 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .answer_checks import (_check_choice, _check_number, _check_table)
-from .answer_parsing import (_describe, _is_placeholder)
-from .check_result import STATUSES, CheckResult, _ipython
 from ..errors import LessonkitError
+from ..safe_repr import describe_error, short_str
+from .answer_checks import _check_choice, _check_number, _check_table
+from .answer_parsing import _describe, _is_placeholder
+from .check_result import STATUSES, CheckResult, _ipython
 from .expected import EXPECTED as _EXPECTED
 from .expected import bandwidth_ladder
 from .expected import bank as _bank
-from .reflections import (_MENTIONED, _check_text)
-from ..safe_repr import describe_error, short_str
+from .reflections import _MENTIONED, _check_text
 from .student_code import _check_function
 
-__all__ = ["CheckResult", "STATUSES", "answer_key", "bandwidth_ladder", "check", "hint",
-           "key_points_found", "options", "question_ids"]
+__all__ = [
+    "STATUSES",
+    "CheckResult",
+    "answer_key",
+    "bandwidth_ladder",
+    "check",
+    "hint",
+    "key_points_found",
+    "options",
+    "question_ids",
+]
 
 
 # ----- the bank -----------------------------------------------------------------------------
@@ -52,12 +62,16 @@ def _question(question_id: object) -> tuple[str, dict[str, Any]]:
     if qid not in _bank():
         same_section = question_ids(qid[:2]) if re.fullmatch(r"\d\d\..*", qid) else []
         if same_section:
-            raise LessonkitError(f"Unknown question id {str(question_id)!r}. Section {qid[:2]} has "
-                                 f"{', '.join(same_section)}.")
+            raise LessonkitError(
+                f"Unknown question id {str(question_id)!r}. Section {qid[:2]} has "
+                f"{', '.join(same_section)}."
+            )
         close = difflib.get_close_matches(qid, question_ids(), n=3, cutoff=0.6)
         hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
-        raise LessonkitError(f"Unknown question id {str(question_id)!r}.{hint} "
-                             f"Question ids: {', '.join(question_ids())}.")
+        raise LessonkitError(
+            f"Unknown question id {str(question_id)!r}.{hint} "
+            f"Question ids: {', '.join(question_ids())}."
+        )
     return qid, _bank()[qid]
 
 
@@ -96,9 +110,12 @@ def check(question_id: str, answer: object = ..., *, show: bool = True) -> Check
     except Exception:  # e.g. a str subclass whose methods raise: not a placeholder
         placeholder = False
     if placeholder:
-        result = CheckResult(qid, title, "not answered",
-                             "Not answered yet: replace the placeholder with your answer and run "
-                             "this cell again.")
+        result = CheckResult(
+            qid,
+            title,
+            "not answered",
+            "Not answered yet: replace the placeholder with your answer and run this cell again.",
+        )
     else:
         result = _grade(qid, question, answer)
         if result.status == "not yet" and not result.hint:
@@ -111,10 +128,14 @@ def check(question_id: str, answer: object = ..., *, show: bool = True) -> Check
 
 
 # What each kind of question wants, for answers the checker cannot read at all.
-_WANTED = {"number": "one number, such as 13.5 or '13.5 GB'",
-           "table": "a dict with one number per row", "choice": "the name of an option (a string)",
-           "multi": "a list of option names", "text": "a few sentences (a string in quotes)",
-           "function": "your function itself (its name, without brackets)"}
+_WANTED = {
+    "number": "one number, such as 13.5 or '13.5 GB'",
+    "table": "a dict with one number per row",
+    "choice": "the name of an option (a string)",
+    "multi": "a list of option names",
+    "text": "a few sentences (a string in quotes)",
+    "function": "your function itself (its name, without brackets)",
+}
 
 
 def _grade(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
@@ -123,10 +144,14 @@ def _grade(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
     try:
         return _CHECKERS[question["kind"]](qid, question, answer)
     except Exception as err:
-        return CheckResult(qid, question.get("title", ""), "not yet",
-                           f"Could not read {_describe(answer)}: using it raised "
-                           f"{describe_error(err, 120)}. Expected "
-                           f"{_WANTED.get(question['kind'], 'an answer')}.")
+        return CheckResult(
+            qid,
+            question.get("title", ""),
+            "not yet",
+            f"Could not read {_describe(answer)}: using it raised "
+            f"{describe_error(err, 120)}. Expected "
+            f"{_WANTED.get(question['kind'], 'an answer')}.",
+        )
 
 
 def _show(result: CheckResult) -> None:
@@ -147,6 +172,10 @@ def key_points_found(question_id: str, answer: str) -> tuple[int, int]:
 
 
 _CHECKERS: dict[str, Callable[[str, dict[str, Any], object], CheckResult]] = {
-    "number": _check_number, "table": _check_table, "choice": _check_choice,
-    "multi": _check_choice, "text": _check_text, "function": _check_function,
+    "number": _check_number,
+    "table": _check_table,
+    "choice": _check_choice,
+    "multi": _check_choice,
+    "text": _check_text,
+    "function": _check_function,
 }

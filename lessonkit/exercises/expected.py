@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import re
 import types
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Callable
+from typing import Any
 
-from ..memory import estimating
 from ..errors import LessonkitError, normalise_name, unknown_name_message
 from ..health.fake_torch import fake_torch
+from ..memory import estimating
 from ..units import GB, GiB
 
 
@@ -40,6 +41,7 @@ def _expects(*qids: str) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
         for qid in qids:
             EXPECTED[qid] = fn
         return fn
+
     return register
 
 
@@ -107,8 +109,13 @@ def _resolve_model(raw: str) -> str:
     return get_preset(raw).name
 
 
-CATALOGS.update(gpus=lambda raw: _gpu(raw).name, environments=_resolve_environment,
-                 categories=_resolve_category, methods=_resolve_method, models=_resolve_model)
+CATALOGS.update(
+    gpus=lambda raw: _gpu(raw).name,
+    environments=_resolve_environment,
+    categories=_resolve_category,
+    methods=_resolve_method,
+    models=_resolve_model,
+)
 
 # The precision each method is taught with: mixed precision for full fine-tuning, a 16-bit
 # base (bf16 compute) for LoRA and QLoRA.
@@ -116,7 +123,9 @@ _METHOD_PRECISION = {"full": "bf16-mixed", "lora": "bf16", "qlora": "bf16"}
 
 
 def _method_run(model: object, method: str, **settings: Any) -> Any:
-    return estimating.estimate(model, method=method, precision=_METHOD_PRECISION[method], **settings)
+    return estimating.estimate(
+        model, method=method, precision=_METHOD_PRECISION[method], **settings
+    )
 
 
 @_expects("01.1")
@@ -133,7 +142,9 @@ def _bytes_per_param_full() -> float:
 
 @_expects("01.3")
 def _optimizer_over_weights() -> float:
-    states = estimating.estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown["optimizer"]
+    states = estimating.estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown[
+        "optimizer"
+    ]
     return states / estimating.estimate("7B", precision="bf16").breakdown["weights"]
 
 
@@ -156,8 +167,13 @@ def _largest_batch(fits: Callable[[Any], bool], **settings: Any) -> int:
 
 @_expects("01.7")
 def _largest_batch_on_4090() -> int:
-    return _largest_batch(_gpu("RTX 4090").fits, method="lora", precision="bf16", seq_len=1024,
-                          gradient_checkpointing=True)
+    return _largest_batch(
+        _gpu("RTX 4090").fits,
+        method="lora",
+        precision="bf16",
+        seq_len=1024,
+        gradient_checkpointing=True,
+    )
 
 
 @_expects("01.5")
@@ -204,8 +220,14 @@ def _smallest_matrix_gpu() -> set[str]:
 @_expects("02.7")
 def _checkpointing_saves() -> float:
     run = _lora_7b_batch4()
-    with_checkpointing = estimating.estimate("7B", method="lora", precision="bf16", batch_size=4,
-                                       seq_len=1024, gradient_checkpointing=True)
+    with_checkpointing = estimating.estimate(
+        "7B",
+        method="lora",
+        precision="bf16",
+        batch_size=4,
+        seq_len=1024,
+        gradient_checkpointing=True,
+    )
     return (run.total_bytes - with_checkpointing.total_bytes) / GiB
 
 
@@ -225,8 +247,11 @@ def _cheapest_environments(run: Any) -> set[str]:
     for env in list_environments():
         if env.tier == 0:  # your own hardware is bought, not rented
             continue
-        fitting = [o.price_per_hour.typical for o in env.offers
-                   if 1 in o.counts and not o.broken and o.gpu.fits(run)]
+        fitting = [
+            o.price_per_hour.typical
+            for o in env.offers
+            if 1 in o.counts and not o.broken and o.gpu.fits(run)
+        ]
         if fitting:
             prices[env.name] = min(fitting)
     cheapest = min(prices.values())
@@ -267,8 +292,11 @@ def _largest_qlora_batch_on_t4() -> int:
 def _fewest_a100s(method: str, precision: str) -> int:
     a100 = _gpu("A100 80GB")
     for n in range(1, 257):
-        if a100.fits(estimating.estimate("llama-2-70b", method=method, precision=precision,
-                                   n_gpus=n, zero_stage=3)):
+        if a100.fits(
+            estimating.estimate(
+                "llama-2-70b", method=method, precision=precision, n_gpus=n, zero_stage=3
+            )
+        ):
             return n
     raise LessonkitError(f"{method} of 70B does not fit on 256 A100s")
 
@@ -287,18 +315,30 @@ def _a100s_for_lora_70b() -> int:
 def _methods_on_8_a100s() -> set[str]:
     a100 = _gpu("A100 80GB")
     settings = bank()["04.3"]["method_settings"]
-    return {m for m, kw in settings.items()
-            if a100.fits(estimating.estimate("llama-2-70b", method=m, n_gpus=8, **kw))}
+    return {
+        m
+        for m, kw in settings.items()
+        if a100.fits(estimating.estimate("llama-2-70b", method=m, n_gpus=8, **kw))
+    }
 
 
 @_expects("04.4")
 def _gpus_under_half_a_dollar() -> set[str]:
     from ..hardware.gpus import list_gpus
 
-    run = estimating.estimate("llama-3.1-8b", method="qlora", precision="bf16", batch_size=4,
-                        seq_len=1024, gradient_checkpointing=True)
-    return {g.name for g in list_gpus()
-            if g.price_per_hour is not None and g.price_per_hour.typical <= 0.5 and g.fits(run)}
+    run = estimating.estimate(
+        "llama-3.1-8b",
+        method="qlora",
+        precision="bf16",
+        batch_size=4,
+        seq_len=1024,
+        gradient_checkpointing=True,
+    )
+    return {
+        g.name
+        for g in list_gpus()
+        if g.price_per_hour is not None and g.price_per_hour.typical <= 0.5 and g.fits(run)
+    }
 
 
 @_expects("04.5")
@@ -319,11 +359,14 @@ def _vram_printed(total_memory: int) -> Callable[[str], str | None]:
                 return None
         for number, label in found:
             if label == "GB" and abs(float(number) - gib) < 0.011:
-                return (f"it prints {number} GB, but {number} is the size in GiB "
-                        "(divided by 1024**3): label it GiB, or divide by 10**9 for GB")
+                return (
+                    f"it prints {number} GB, but {number} is the size in GiB "
+                    "(divided by 1024**3): label it GiB, or divide by 10**9 for GB"
+                )
         if found:
             return f"the total it prints ({' '.join(found[0])}) is not this GPU's memory"
         return "it does not print the total memory with a unit (GB or GiB)"
+
     return verify
 
 
@@ -334,11 +377,20 @@ def _health_check_cases() -> list[tuple[str, types.ModuleType, Callable[[str], s
         gpu = _gpu(name)
         total = gpu.usable_bytes
         capability = tuple(int(x) for x in gpu.compute_capability.split("."))
-        cases.append((f"with one {name} ({total:,} bytes)",
-                      fake_torch(total, f"NVIDIA {name}", capability),
-                      _vram_printed(total)))
-    cases.append(("on a machine without a GPU", fake_torch(None),
-                  lambda printed: None if printed.strip() else "it prints nothing"))
+        cases.append(
+            (
+                f"with one {name} ({total:,} bytes)",
+                fake_torch(total, f"NVIDIA {name}", capability),
+                _vram_printed(total),
+            )
+        )
+    cases.append(
+        (
+            "on a machine without a GPU",
+            fake_torch(None),
+            lambda printed: None if printed.strip() else "it prints nothing",
+        )
+    )
     return cases
 
 
@@ -370,9 +422,13 @@ def _largest_preset(gpu_name: str, precision: str) -> set[str]:
     from ..models.spec import get_preset, preset_names
 
     gpu = _gpu(gpu_name)
-    fitting = [get_preset(n) for n in preset_names()
-               if gpu.fits(estimating.estimate(n, method="qlora", precision=precision,
-                                         lora_targets="all-linear"))]
+    fitting = [
+        get_preset(n)
+        for n in preset_names()
+        if gpu.fits(
+            estimating.estimate(n, method="qlora", precision=precision, lora_targets="all-linear")
+        )
+    ]
     most = max(spec.n_params for spec in fitting)
     return {spec.name for spec in fitting if spec.n_params == most}
 
@@ -396,14 +452,19 @@ def _pcie4_over_hbm3() -> float:
 
 @_expects("06.4")
 def _fourteen_gb_model() -> dict[str, float]:
-    report = estimating.estimate("7B", method="full", precision="bf16", optimizer="adamw",
-                           batch_size=1, seq_len=512)
+    report = estimating.estimate(
+        "7B", method="full", precision="bf16", optimizer="adamw", batch_size=1, seq_len=512
+    )
     b = report.breakdown
     # At this run's peak (the optimizer step) the activations are already freed: take what
     # the forward pass adds on top of the weights and optimizer states.
     forward = report.phase_peaks["forward"] - b["weights"] - b["optimizer"]
-    rows = {"gradients": b["gradients"], "optimizer": b["optimizer"], "activations": forward,
-            "cuda_context": b["cuda_context"]}
+    rows = {
+        "gradients": b["gradients"],
+        "optimizer": b["optimizer"],
+        "activations": forward,
+        "cuda_context": b["cuda_context"],
+    }
     return {row: rows[row] / GiB for row in bank()["06.4"]["rows"]}
 
 
@@ -414,6 +475,7 @@ def _largest_qlora_preset() -> set[str]:
 
 @_expects("06.7")
 def _peak_over_weights() -> float:
-    report = estimating.estimate("7B", method="full", precision="bf16", optimizer="adamw",
-                           batch_size=1, seq_len=512)
+    report = estimating.estimate(
+        "7B", method="full", precision="bf16", optimizer="adamw", batch_size=1, seq_len=512
+    )
     return report.total_bytes / report.breakdown["weights"]

@@ -22,8 +22,12 @@ from ..errors import LessonkitError, safe_text
 from ..units import GiB, parse_bytes
 
 KINDS = ("memory", "gpu", "environment", "text")
-EXAMPLES = {"memory": "'100 GiB'", "gpu": "'RTX 4090'", "environment": "'Kaggle'",
-            "text": "a sentence"}
+EXAMPLES = {
+    "memory": "'100 GiB'",
+    "gpu": "'RTX 4090'",
+    "environment": "'Kaggle'",
+    "text": "a sentence",
+}
 CLOSE = 0.10  # a memory guess within 10% of the number counts as close
 
 
@@ -45,8 +49,9 @@ def read_guess(guess: object, kind: str) -> Guess:
     if kind not in KINDS:
         raise LessonkitError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}.")
     if guess is None or (isinstance(guess, str) and not guess.strip()) or guess is ...:
-        return Guess(kind, None, f"No guess yet: write one (e.g. {EXAMPLES[kind]}) and run the "
-                                 f"cell again.")
+        return Guess(
+            kind, None, f"No guess yet: write one (e.g. {EXAMPLES[kind]}) and run the cell again."
+        )
     try:
         if kind == "memory":
             value: Any = parse_bytes(guess, default_unit="GiB")
@@ -87,9 +92,11 @@ def reveal_text(guess: object, kind: str, actual: Any) -> str:
     if kind == "memory":
         error = read.value / float(actual) - 1
         close = "close" if abs(error) <= CLOSE else ("too low" if error < 0 else "too high")
-        return (f"You guessed {read.value / GiB:,.1f} GiB; the answer is "
-                f"{float(actual) / GiB:,.1f} GiB: {abs(error):.0%} {'below' if error < 0 else 'above'}"
-                f" ({close}).")
+        return (
+            f"You guessed {read.value / GiB:,.1f} GiB; the answer is "
+            f"{float(actual) / GiB:,.1f} GiB: {abs(error):.0%} {'below' if error < 0 else 'above'}"
+            f" ({close})."
+        )
     if kind == "text":
         return f'You wrote: "{read.value}". Compare it with the numbers above.'
     right = {actual} if isinstance(actual, str) else set(actual)

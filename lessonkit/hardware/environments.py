@@ -36,10 +36,14 @@ class Offer:
 
     def to_dict(self) -> dict[str, Any]:
         p = self.price_per_hour
-        return {"gpu": self.gpu.name, "counts": list(self.counts),
-                "price_per_hour": {"low": p.low, "high": p.high, "typical": p.typical},
-                "note": self.note, "broken": self.broken,
-                "purchase_usd": list(self.purchase_usd) if self.purchase_usd else None}
+        return {
+            "gpu": self.gpu.name,
+            "counts": list(self.counts),
+            "price_per_hour": {"low": p.low, "high": p.high, "typical": p.typical},
+            "note": self.note,
+            "broken": self.broken,
+            "purchase_usd": list(self.purchase_usd) if self.purchase_usd else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -64,10 +68,10 @@ class Environment:
     detect: dict[str, Any] = field(default_factory=dict, compare=False)
     hints: dict[str, str] = field(default_factory=dict, compare=False)
     amortize_hours: float | None = None  # bought hardware: hours its price is spread over
-    session_hours: float | None = None   # longest session; a longer run resumes from a checkpoint
+    session_hours: float | None = None  # longest session; a longer run resumes from a checkpoint
     weekly_gpu_hours: float | None = None  # a free quota of GPU session hours per week
     resume_across_sessions: bool = True  # False: a run must end within one session
-    resume_note: str = ""                # why a run is not planned across sessions here
+    resume_note: str = ""  # why a run is not planned across sessions here
 
     def sessions_needed(self, hours: float) -> int:
         """Sessions of at most ``session_hours`` a run of ``hours`` takes (1 without a limit)."""
@@ -79,12 +83,16 @@ class Environment:
         """Why a run of ``hours`` breaks this environment's session or weekly limits ('' if not)."""
         sessions = self.sessions_needed(hours)
         if sessions > 1 and not self.resume_across_sessions:
-            return (f"the run takes {hours:,.1f} h, longer than one {self.session_hours:g} h "
-                    f"session ({sessions} sessions); {self.resume_note}")
+            return (
+                f"the run takes {hours:,.1f} h, longer than one {self.session_hours:g} h "
+                f"session ({sessions} sessions); {self.resume_note}"
+            )
         if self.weekly_gpu_hours and hours > self.weekly_gpu_hours:
             weeks = math.ceil(hours / self.weekly_gpu_hours)
-            return (f"the run takes {hours:,.1f} h, more than the {self.weekly_gpu_hours:g} GPU-hours "
-                    f"a week this free tier allows ({weeks} weeks of quota)")
+            return (
+                f"the run takes {hours:,.1f} h, more than the {self.weekly_gpu_hours:g} GPU-hours "
+                f"a week this free tier allows ({weeks} weeks of quota)"
+            )
         return ""
 
     def hourly_cost(self, offer: Offer) -> float:
@@ -125,45 +133,80 @@ class Environment:
         for o in self.offers:
             if o.gpu == wanted:
                 return o
-        raise LessonkitError(f"{self.name} does not offer {wanted.name}; it offers "
-                             f"{', '.join(g.name for g in self.gpus)}.")
+        raise LessonkitError(
+            f"{self.name} does not offer {wanted.name}; it offers "
+            f"{', '.join(g.name for g in self.gpus)}."
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "name": self.name, "tier": self.tier, "tier_name": self.tier_name,
-                "kind": self.kind, "offers": [o.to_dict() for o in self.offers],
-                "quotas": self.quotas, "session_limits": self.session_limits,
-                "pros": list(self.pros), "cons": list(self.cons), "url": self.url,
-                "source": self.source, "as_of": self.as_of, "unconfirmed": list(self.unconfirmed)}
+        return {
+            "key": self.key,
+            "name": self.name,
+            "tier": self.tier,
+            "tier_name": self.tier_name,
+            "kind": self.kind,
+            "offers": [o.to_dict() for o in self.offers],
+            "quotas": self.quotas,
+            "session_limits": self.session_limits,
+            "pros": list(self.pros),
+            "cons": list(self.cons),
+            "url": self.url,
+            "source": self.source,
+            "as_of": self.as_of,
+            "unconfirmed": list(self.unconfirmed),
+        }
 
     def __str__(self) -> str:
         low, high = self.price_range
         price = "free" if high == 0 else f"${low:.2f}-{high:.2f} per GPU-hour"
         if self.amortize_hours and any(o.purchase_usd for o in self.offers):
             price += f" (the card's price spread over {self.amortize_hours:,.0f} h, plus power)"
-        return (f"{self.name} (tier {self.tier}, {self.tier_name}): "
-                f"{', '.join(g.name for g in self.gpus)}; {price}")
+        return (
+            f"{self.name} (tier {self.tier}, {self.tier_name}): "
+            f"{', '.join(g.name for g in self.gpus)}; {price}"
+        )
 
 
 def _environment_from_dict(entry: dict[str, Any]) -> Environment:
     offers = []
     for item in entry["offers"]:
         purchase = item.get("purchase_usd")
-        offers.append(Offer(
-            gpu=get_gpu(item["gpu"]), counts=tuple(item["counts"]),
-            price_per_hour=Price.from_dict(item["price_per_hour"], entry["source"], entry["as_of"]),
-            note=item.get("note", ""), broken=bool(item.get("broken", False)),
-            purchase_usd=(purchase["low"], purchase["high"]) if purchase else None))
+        offers.append(
+            Offer(
+                gpu=get_gpu(item["gpu"]),
+                counts=tuple(item["counts"]),
+                price_per_hour=Price.from_dict(
+                    item["price_per_hour"], entry["source"], entry["as_of"]
+                ),
+                note=item.get("note", ""),
+                broken=bool(item.get("broken", False)),
+                purchase_usd=(purchase["low"], purchase["high"]) if purchase else None,
+            )
+        )
     return Environment(
-        key=entry["key"], name=entry["name"], tier=entry["tier"], tier_name=entry["tier_name"],
-        kind=entry["kind"], offers=tuple(offers), quotas=entry["quotas"],
-        session_limits=entry["session_limits"], pros=tuple(entry["pros"]),
-        cons=tuple(entry["cons"]), url=entry.get("url", ""), source=entry["source"],
-        as_of=entry["as_of"], unconfirmed=tuple(entry.get("unconfirmed", ())),
-        aliases=tuple(entry.get("aliases", ())), detect=dict(entry.get("detect", {})),
-        hints=dict(entry.get("hints", {})), amortize_hours=entry.get("amortize_hours"),
-        session_hours=entry.get("session_hours"), weekly_gpu_hours=entry.get("weekly_gpu_hours"),
+        key=entry["key"],
+        name=entry["name"],
+        tier=entry["tier"],
+        tier_name=entry["tier_name"],
+        kind=entry["kind"],
+        offers=tuple(offers),
+        quotas=entry["quotas"],
+        session_limits=entry["session_limits"],
+        pros=tuple(entry["pros"]),
+        cons=tuple(entry["cons"]),
+        url=entry.get("url", ""),
+        source=entry["source"],
+        as_of=entry["as_of"],
+        unconfirmed=tuple(entry.get("unconfirmed", ())),
+        aliases=tuple(entry.get("aliases", ())),
+        detect=dict(entry.get("detect", {})),
+        hints=dict(entry.get("hints", {})),
+        amortize_hours=entry.get("amortize_hours"),
+        session_hours=entry.get("session_hours"),
+        weekly_gpu_hours=entry.get("weekly_gpu_hours"),
         resume_across_sessions=bool(entry.get("resume_across_sessions", True)),
-        resume_note=entry.get("resume_note", ""))
+        resume_note=entry.get("resume_note", ""),
+    )
 
 
 @lru_cache(maxsize=1)
@@ -174,7 +217,7 @@ def _catalog() -> dict[str, Environment]:
 
 def list_environments(*, tier: int | None = None) -> list[Environment]:
     """All environments, in the guide's tier order (optionally one tier)."""
-    envs = sorted(_catalog().values(), key=lambda e: (e.tier if e.tier else 9))
+    envs = sorted(_catalog().values(), key=lambda e: e.tier if e.tier else 9)
     return [e for e in envs if tier is None or e.tier == tier]
 
 
@@ -201,18 +244,27 @@ def offered_price(gpu: str | GPU) -> dict[str, Any] | None:
     paid rentals (tiers 1 and 3, whose prices include the instance); typical is the median of
     those offers' typical prices. None when nobody rents it out."""
     wanted = get_gpu(gpu)
-    paid = [(e, o) for e in list_environments() if e.tier != 0 for o in e.offers
-            if o.gpu == wanted and not o.free]
+    paid = [
+        (e, o)
+        for e in list_environments()
+        if e.tier != 0
+        for o in e.offers
+        if o.gpu == wanted and not o.free
+    ]
     chosen = [(e, o) for e, o in paid if e.tier == 2] or paid
     if not chosen:
         return None
     typicals = sorted(o.price_per_hour.typical for _, o in chosen)
     middle = len(typicals) // 2
-    typical = typicals[middle] if len(typicals) % 2 else (typicals[middle - 1] + typicals[middle]) / 2
+    typical = (
+        typicals[middle] if len(typicals) % 2 else (typicals[middle - 1] + typicals[middle]) / 2
+    )
     names = [e.name for e, _ in chosen]
-    return {"low": min(o.price_per_hour.low for _, o in chosen),
-            "high": max(o.price_per_hour.high for _, o in chosen),
-            "typical": round(typical, 3),
-            "source": "the offers of " + ", ".join(names) + " in environments.json (each with its "
-                      "own price page)",
-            "as_of": max(e.as_of for e, _ in chosen)}
+    return {
+        "low": min(o.price_per_hour.low for _, o in chosen),
+        "high": max(o.price_per_hour.high for _, o in chosen),
+        "typical": round(typical, 3),
+        "source": "the offers of " + ", ".join(names) + " in environments.json (each with its "
+        "own price page)",
+        "as_of": max(e.as_of for e, _ in chosen),
+    }

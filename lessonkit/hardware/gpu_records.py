@@ -7,7 +7,8 @@ importable. Memory is in GiB (see charts/memory_charts.py).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..memory.report import MemoryReport
 from ..units import GiB
@@ -26,6 +27,7 @@ def catalog_gpus() -> list[Any]:
     """The GPUs of lessonkit's catalog, or [] when it cannot be read."""
     try:
         from .gpus import list_gpus
+
         return list(list_gpus())
     except Exception:  # drawing must not depend on the catalog being importable
         return []
@@ -54,8 +56,9 @@ def gpu_usable_bytes(gpu: Any) -> float:
 
 def gpu_fits(gpu: Any, report: MemoryReport) -> bool:
     """The run's peak fits in the GPU's memory and current PyTorch wheels can run on it."""
-    return (bool(field(gpu, "current_wheels", default=True))
-            and report.total_bytes <= gpu_usable_bytes(gpu))
+    return bool(
+        field(gpu, "current_wheels", default=True)
+    ) and report.total_bytes <= gpu_usable_bytes(gpu)
 
 
 def fit_note(gpu: Any, report: MemoryReport) -> str:
@@ -63,7 +66,8 @@ def fit_note(gpu: Any, report: MemoryReport) -> str:
     if not field(gpu, "current_wheels", default=True):
         return "no kernels in current PyTorch wheels"
     if field(gpu, "native_bf16", default=True) is False and "bf16" in str(
-            report.settings.get("precision", "")):
+        report.settings.get("precision", "")
+    ):
         return "no native bf16: runs in fp16 (same memory)"
     return ""
 

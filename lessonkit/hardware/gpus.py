@@ -31,11 +31,18 @@ class Price:
     as_of: str = ""
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None, source: str = "", as_of: str = "") -> "Price | None":
+    def from_dict(
+        cls, data: dict[str, Any] | None, source: str = "", as_of: str = ""
+    ) -> Price | None:
         if not data:
             return None
-        return cls(low=float(data["low"]), high=float(data["high"]), typical=float(data["typical"]),
-                   source=data.get("source", source), as_of=data.get("as_of", as_of))
+        return cls(
+            low=float(data["low"]),
+            high=float(data["high"]),
+            typical=float(data["typical"]),
+            source=data.get("source", source),
+            as_of=data.get("as_of", as_of),
+        )
 
     def __str__(self) -> str:
         if self.high == 0:
@@ -76,8 +83,8 @@ class GPU:
     notes: str = ""
     aliases: tuple[str, ...] = ()
     visible_devices: int = 1
-    caveat: str = ""              # one line a beginner needs before renting it (ARM host, ROCm)
-    current_wheels: bool = True   # current PyTorch wheels carry kernels for it
+    caveat: str = ""  # one line a beginner needs before renting it (ARM host, ROCm)
+    current_wheels: bool = True  # current PyTorch wheels carry kernels for it
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -109,41 +116,71 @@ class GPU:
     def to_dict(self) -> dict[str, Any]:
         price = self.price_per_hour
         return {
-            "name": self.name, "vendor": self.vendor, "architecture": self.architecture,
-            "memory_gb": self.memory_gb, "memory_bytes": self.memory_bytes,
-            "memory_type": self.memory_type, "usable_memory_gib": self.usable_memory_gib,
-            "usable_bytes": self.usable_bytes, "usable_memory_source": self.usable_memory_source,
-            "bandwidth_gbs": self.bandwidth_gbs, "bf16_tflops": self.bf16_tflops,
-            "tflops_note": self.tflops_note, "native_bf16": self.native_bf16,
-            "compute_capability": self.compute_capability, "form_factor": self.form_factor,
-            "price_per_hour": None if price is None else {
-                "low": price.low, "high": price.high, "typical": price.typical,
-                "source": price.source, "as_of": price.as_of},
-            "in_guide": self.in_guide, "visible_devices": self.visible_devices,
-            "caveat": self.caveat, "current_wheels": self.current_wheels,
-            "source": self.source, "as_of": self.as_of, "unconfirmed": list(self.unconfirmed),
+            "name": self.name,
+            "vendor": self.vendor,
+            "architecture": self.architecture,
+            "memory_gb": self.memory_gb,
+            "memory_bytes": self.memory_bytes,
+            "memory_type": self.memory_type,
+            "usable_memory_gib": self.usable_memory_gib,
+            "usable_bytes": self.usable_bytes,
+            "usable_memory_source": self.usable_memory_source,
+            "bandwidth_gbs": self.bandwidth_gbs,
+            "bf16_tflops": self.bf16_tflops,
+            "tflops_note": self.tflops_note,
+            "native_bf16": self.native_bf16,
+            "compute_capability": self.compute_capability,
+            "form_factor": self.form_factor,
+            "price_per_hour": None
+            if price is None
+            else {
+                "low": price.low,
+                "high": price.high,
+                "typical": price.typical,
+                "source": price.source,
+                "as_of": price.as_of,
+            },
+            "in_guide": self.in_guide,
+            "visible_devices": self.visible_devices,
+            "caveat": self.caveat,
+            "current_wheels": self.current_wheels,
+            "source": self.source,
+            "as_of": self.as_of,
+            "unconfirmed": list(self.unconfirmed),
             "notes": self.notes,
         }
 
     def __str__(self) -> str:
         price = self.price_per_hour
-        return (f"{self.name}: {self.memory_gb:g} GB {self.memory_type} "
-                f"({self.usable_text} usable), {self.bandwidth_gbs:g} GB/s, "
-                f"{self.bf16_tflops:g} dense TFLOPS, native bf16 {'yes' if self.native_bf16 else 'no'}, "
-                f"CC {self.compute_capability}, {price if price else 'price n/a'}")
+        return (
+            f"{self.name}: {self.memory_gb:g} GB {self.memory_type} "
+            f"({self.usable_text} usable), {self.bandwidth_gbs:g} GB/s, "
+            f"{self.bf16_tflops:g} dense TFLOPS, native bf16 {'yes' if self.native_bf16 else 'no'}, "
+            f"CC {self.compute_capability}, {price if price else 'price n/a'}"
+        )
 
 
-_GPU_FIELDS = {f for f in GPU.__dataclass_fields__} - {"extra", "price_per_hour", "aliases", "unconfirmed"}
+_GPU_FIELDS = {f for f in GPU.__dataclass_fields__} - {
+    "extra",
+    "price_per_hour",
+    "aliases",
+    "unconfirmed",
+}
 
 
 def _gpu_from_dict(entry: dict[str, Any]) -> GPU:
     known = {k: v for k, v in entry.items() if k in _GPU_FIELDS}
-    return GPU(**known,
-               price_per_hour=Price.from_dict(entry.get("price_per_hour")),
-               aliases=tuple(entry.get("aliases", ())),
-               unconfirmed=tuple(entry.get("unconfirmed", ())),
-               extra={k: v for k, v in entry.items() if k not in _GPU_FIELDS
-                      and k not in ("price_per_hour", "aliases", "unconfirmed")})
+    return GPU(
+        **known,
+        price_per_hour=Price.from_dict(entry.get("price_per_hour")),
+        aliases=tuple(entry.get("aliases", ())),
+        unconfirmed=tuple(entry.get("unconfirmed", ())),
+        extra={
+            k: v
+            for k, v in entry.items()
+            if k not in _GPU_FIELDS and k not in ("price_per_hour", "aliases", "unconfirmed")
+        },
+    )
 
 
 @lru_cache(maxsize=1)
@@ -167,7 +204,7 @@ def _strip_vendor(key: str) -> str:
         changed = False
         for word in _VENDOR_WORDS:
             if key.startswith(word) and len(key) > len(word):
-                key, changed = key[len(word):], True
+                key, changed = key[len(word) :], True
     return key
 
 
@@ -199,10 +236,17 @@ def find_gpu(name: str, memory_bytes: float | None = None) -> GPU | None:
                 return found
     # Longest alias that the name starts with ("a100sxm480gbmig..." -> "a100sxm480gb").
     stripped = _strip_vendor(key)
-    matches = sorted(((alias, target) for alias, target in keys.items()
-                      if len(alias) >= 2 and stripped.startswith(alias)
-                      and not _splits_a_number(stripped, alias)),
-                     key=lambda item: len(item[0]), reverse=True)
+    matches = sorted(
+        (
+            (alias, target)
+            for alias, target in keys.items()
+            if len(alias) >= 2
+            and stripped.startswith(alias)
+            and not _splits_a_number(stripped, alias)
+        ),
+        key=lambda item: len(item[0]),
+        reverse=True,
+    )
     candidates = [_catalog()[target] for _, target in matches]
     if memory_bytes is not None and candidates:
         family = _family(candidates[0].name)
@@ -215,7 +259,7 @@ def find_gpu(name: str, memory_bytes: float | None = None) -> GPU | None:
 
 def _splits_a_number(key: str, prefix: str) -> bool:
     # "a1000" must not match "a100": the prefix may not end in the middle of a number.
-    rest = key[len(prefix):]
+    rest = key[len(prefix) :]
     return bool(rest) and prefix[-1].isdigit() and rest[0].isdigit()
 
 
@@ -247,7 +291,8 @@ def memory_units_note() -> str:
     from ..units import MEMORY_UNITS
 
     t4 = get_gpu("T4")
-    return (f"{MEMORY_UNITS} A '{t4.memory_gb:g} GB' {t4.name} has {t4.memory_gb:g} GiB of chips, "
-            f"of which PyTorch can allocate about {t4.usable_text} (ECC and the driver keep the "
-            f"rest): a run must fit in that usable figure.")
-
+    return (
+        f"{MEMORY_UNITS} A '{t4.memory_gb:g} GB' {t4.name} has {t4.memory_gb:g} GiB of chips, "
+        f"of which PyTorch can allocate about {t4.usable_text} (ECC and the driver keep the "
+        f"rest): a run must fit in that usable figure."
+    )

@@ -9,5 +9,13 @@ from .check import Device, HealthReport, Problem, check_gpu_health
 from .fake_torch import fake_torch, run_with_fake_torch
 from .platforms import Platform, detect_platform
 
-__all__ = ["Device", "HealthReport", "Platform", "Problem", "check_gpu_health",
-           "detect_platform", "fake_torch", "run_with_fake_torch"]
+__all__ = [
+    "Device",
+    "HealthReport",
+    "Platform",
+    "Problem",
+    "check_gpu_health",
+    "detect_platform",
+    "fake_torch",
+    "run_with_fake_torch",
+]

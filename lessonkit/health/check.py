@@ -17,15 +17,24 @@ import platform as _pyplatform
 import warnings
 from typing import Any
 
-from . import probes
 from ..errors import safe_text
 from ..safe_repr import describe_error
+from . import probes
+from .platforms import detect_platform
 from .report import SEVERITIES, SMOKE_SKIPPED, STATUSES, Device, HealthReport, Problem
 from .verdict import health_verdict
-from .platforms import detect_platform
 
-__all__ = ["SEVERITIES", "SMOKE_SKIPPED", "STATUSES", "Device", "HealthReport", "Problem",
-           "check_gpu_health", "describe_error", "safe_text"]
+__all__ = [
+    "SEVERITIES",
+    "SMOKE_SKIPPED",
+    "STATUSES",
+    "Device",
+    "HealthReport",
+    "Problem",
+    "check_gpu_health",
+    "describe_error",
+    "safe_text",
+]
 
 
 # ----- the check ----------------------------------------------------------------------------
@@ -35,8 +44,12 @@ def check_gpu_health(model: Any = "7B", *, smoke_test: bool = True) -> HealthRep
         return _check(model, smoke_test)
     except Exception as err:  # the last line of defence: a report, never a traceback
         report = HealthReport(model=safe_text(model, name=True), status="error")
-        report.add("check_failed", "error", f"The health check failed: {describe_error(err)}",
-                   "Please report this with the output of `python -m torch.utils.collect_env`.")
+        report.add(
+            "check_failed",
+            "error",
+            f"The health check failed: {describe_error(err)}",
+            "Please report this with the output of `python -m torch.utils.collect_env`.",
+        )
         return report
 
 
@@ -55,8 +68,12 @@ def _check(model: Any, smoke_test: bool) -> HealthReport:
                 warnings.simplefilter("ignore")
                 step()
         except Exception as err:  # a probe must never take the whole check down
-            report.add("check_failed", "warning", f"The {name} probe failed: {describe_error(err)}",
-                       "Please report this with the output of `python -m torch.utils.collect_env`.")
+            report.add(
+                "check_failed",
+                "warning",
+                f"The {name} probe failed: {describe_error(err)}",
+                "Please report this with the output of `python -m torch.utils.collect_env`.",
+            )
     report.status = _status(report)
     try:
         report.verdict = health_verdict(report, model)

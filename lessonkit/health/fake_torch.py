@@ -10,14 +10,16 @@ import io
 import sys
 import threading
 import types
+from collections.abc import Callable
 from contextlib import redirect_stdout
-from typing import Any, Callable
+from typing import Any
 
 from .. import safe_repr
 
 
-def fake_torch(total_memory: int | None, name: str = "Tesla T4",
-               capability: tuple[int, int] = (7, 5)) -> types.ModuleType:
+def fake_torch(
+    total_memory: int | None, name: str = "Tesla T4", capability: tuple[int, int] = (7, 5)
+) -> types.ModuleType:
     """A torch stand-in with today's CUDA API and no ``get_total_memory`` (it never existed)."""
     torch = types.ModuleType("torch")
     cuda = types.ModuleType("torch.cuda")
@@ -29,8 +31,13 @@ def fake_torch(total_memory: int | None, name: str = "Tesla T4",
     cuda.is_available = lambda: available
     cuda.device_count = lambda: 1 if available else 0
     if available:
-        props = types.SimpleNamespace(name=name, total_memory=total_memory, major=capability[0],
-                                      minor=capability[1], multi_processor_count=40)
+        props = types.SimpleNamespace(
+            name=name,
+            total_memory=total_memory,
+            major=capability[0],
+            minor=capability[1],
+            multi_processor_count=40,
+        )
         cuda.get_device_name = lambda device=0: name
         cuda.get_device_properties = lambda device=0: props
         cuda.mem_get_info = lambda device=0: (total_memory - 300 * 2**20, total_memory)
@@ -55,8 +62,10 @@ class StudentExit(Exception):
         what = type(original).__name__
         if isinstance(original, SystemExit):
             code = "" if original.code is None else safe_repr.short_repr(original.code, 40)
-            text = (f"called sys.exit({code}): a check should print what it finds and return, "
-                    "not end the program")
+            text = (
+                f"called sys.exit({code}): a check should print what it finds and return, "
+                "not end the program"
+            )
         else:
             text = f"raised {what}"
         super().__init__(text)
@@ -76,14 +85,15 @@ class _CappedText(io.StringIO):
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        kept = text[:max(self._room, 0)]
+        kept = text[: max(self._room, 0)]
         self._room -= len(kept)
         super().write(kept)
         return len(text)
 
 
-def run_with_fake_torch(fn: Callable[[], Any], torch: types.ModuleType, *,
-                        time_limit: float | None = None) -> str:
+def run_with_fake_torch(
+    fn: Callable[[], Any], torch: types.ModuleType, *, time_limit: float | None = None
+) -> str:
     """Call ``fn()`` with ``torch`` bound to the fake (global name and import); its printout
     (the first MAX_PRINTED characters).
 
@@ -96,8 +106,9 @@ def run_with_fake_torch(fn: Callable[[], Any], torch: types.ModuleType, *,
         cells = list(closure)
         cells[fn.__code__.co_freevars.index("torch")] = types.CellType(torch)
         closure = tuple(cells)
-    patched = types.FunctionType(fn.__code__, {**fn.__globals__, "torch": torch},
-                                 fn.__name__, fn.__defaults__, closure)
+    patched = types.FunctionType(
+        fn.__code__, {**fn.__globals__, "torch": torch}, fn.__name__, fn.__defaults__, closure
+    )
     outcome: dict[str, BaseException] = {}
     stop = threading.Event()
 
@@ -134,7 +145,8 @@ def run_with_fake_torch(fn: Callable[[], Any], torch: types.ModuleType, *,
                     stop.set()
                     raise TimeLimitExceeded(
                         f"did not finish within {time_limit:.1f} s (an endless loop, or waiting "
-                        "for input?)")
+                        "for input?)"
+                    )
     finally:
         for key, module in zip(("torch", "torch.cuda"), saved):
             if module is None:

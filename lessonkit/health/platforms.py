@@ -16,22 +16,27 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Platform:
     """Where the check ran, with the signals that said so."""
 
-    key: str                                   # "colab", "kaggle", "sagemaker", ... or "local"
-    name: str                                  # "Google Colab"
-    signals: tuple[str, ...] = ()              # e.g. ("env COLAB_RELEASE_TAG", "module google.colab")
+    key: str  # "colab", "kaggle", "sagemaker", ... or "local"
+    name: str  # "Google Colab"
+    signals: tuple[str, ...] = ()  # e.g. ("env COLAB_RELEASE_TAG", "module google.colab")
     environments: tuple[str, ...] = field(default=())  # keys in environments.json
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "name": self.name, "signals": list(self.signals),
-                "environments": list(self.environments)}
+        return {
+            "key": self.key,
+            "name": self.name,
+            "signals": list(self.signals),
+            "environments": list(self.environments),
+        }
 
     def __str__(self) -> str:
         if not self.signals:
@@ -42,8 +47,12 @@ class Platform:
 LOCAL = Platform("local", "local machine")
 
 
-def _signals(detect: Mapping[str, Any], environ: Mapping[str, str], modules: Iterable[str],
-             exists: Callable[[str], bool]) -> list[str]:
+def _signals(
+    detect: Mapping[str, Any],
+    environ: Mapping[str, str],
+    modules: Iterable[str],
+    exists: Callable[[str], bool],
+) -> list[str]:
     found = [f"module {m}" for m in detect.get("modules", ()) if m in modules]
     found += [f"env {v}" for v in detect.get("env", ()) if v in environ]
     for prefix in detect.get("env_prefixes", ()):
@@ -60,8 +69,11 @@ def _safe_exists(exists: Callable[[str], bool], path: str) -> bool:
         return False
 
 
-def detect_platform(environ: Mapping[str, str] | None = None, modules: Iterable[str] | None = None,
-                    exists: Callable[[str], bool] | None = None) -> Platform:
+def detect_platform(
+    environ: Mapping[str, str] | None = None,
+    modules: Iterable[str] | None = None,
+    exists: Callable[[str], bool] | None = None,
+) -> Platform:
     """The platform this process runs on (arguments default to the real environment)."""
     from ..hardware.environments import list_environments
 
@@ -80,6 +92,13 @@ def detect_platform(environ: Mapping[str, str] | None = None, modules: Iterable[
         # A lone directory is a weaker signal than an environment variable or a module.
         strength = sum(1 if s.startswith("path ") else 2 for s in signals)
         if signals and (best is None or strength > best_strength):
-            best, best_strength = Platform(key, detect.get("platform_name", envs[0].name),
-                                           tuple(signals), tuple(e.key for e in envs)), strength
+            best, best_strength = (
+                Platform(
+                    key,
+                    detect.get("platform_name", envs[0].name),
+                    tuple(signals),
+                    tuple(e.key for e in envs),
+                ),
+                strength,
+            )
     return best or LOCAL

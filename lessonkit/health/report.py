@@ -11,8 +11,8 @@ import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .platforms import LOCAL, Platform
 from ..units import GiB
+from .platforms import LOCAL, Platform
 
 WIDTH = 100  # report lines wrap between words at this width
 
@@ -24,8 +24,14 @@ def wrap(line: str, width: int = WIDTH) -> str:
     body = line.lstrip(" ")
     indent = " " * (len(line) - len(body))
     hang = indent + ("  " if body.startswith(("- ", "[")) else "    ")
-    return textwrap.fill(body, width, initial_indent=indent, subsequent_indent=hang,
-                         break_long_words=False, break_on_hyphens=False)
+    return textwrap.fill(
+        body,
+        width,
+        initial_indent=indent,
+        subsequent_indent=hang,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 STATUSES = ("ok", "warning", "no_gpu", "error")
@@ -52,17 +58,17 @@ class Device:
 
     index: int
     name: str
-    backend: str                                  # "cuda", "rocm" or "mps"
+    backend: str  # "cuda", "rocm" or "mps"
     total_memory_bytes: int | None = None
     free_memory_bytes: int | None = None
     compute_capability: tuple[int, int] | None = None
-    arch: str | None = None                       # "sm_75" or "gfx942"
+    arch: str | None = None  # "sm_75" or "gfx942"
     native_bf16: bool | None = None
     tf32: bool | None = None
     multiprocessors: int | None = None
-    kernels_in_wheel: bool | None = None           # the wheel has kernels for this arch
-    smoke_test: str = "not run"                   # "passed", "failed: ...", "skipped", "not run (...)"
-    source: str = "torch"                         # "torch" or "nvml"
+    kernels_in_wheel: bool | None = None  # the wheel has kernels for this arch
+    smoke_test: str = "not run"  # "passed", "failed: ...", "skipped", "not run (...)"
+    source: str = "torch"  # "torch" or "nvml"
     catalog_name: str | None = None
 
     @property
@@ -71,8 +77,11 @@ class Device:
         PyTorch sees whose architecture the wheel is not known to lack."""
         if self.smoke_test == "passed":
             return True
-        return (self.smoke_test == SMOKE_SKIPPED and self.source == "torch"
-                and self.kernels_in_wheel is not False)
+        return (
+            self.smoke_test == SMOKE_SKIPPED
+            and self.source == "torch"
+            and self.kernels_in_wheel is not False
+        )
 
     def label(self) -> str:
         mem = f"{self.total_memory_bytes / GiB:.1f} GiB" if self.total_memory_bytes else "? GiB"
@@ -85,7 +94,7 @@ class HealthReport:
 
     model: str = "7B"
     status: str = "no_gpu"
-    backend: str = "cpu"                          # "cuda", "rocm", "mps", "cpu" or "none" (no torch)
+    backend: str = "cpu"  # "cuda", "rocm", "mps", "cpu" or "none" (no torch)
     platform: Platform = LOCAL
     versions: dict[str, str | None] = field(default_factory=dict)
     devices: list[Device] = field(default_factory=list)
@@ -126,13 +135,22 @@ class HealthReport:
         devices = []
         for d in self.devices:
             item = asdict(d)
-            item["compute_capability"] = list(d.compute_capability) if d.compute_capability else None
+            item["compute_capability"] = (
+                list(d.compute_capability) if d.compute_capability else None
+            )
             item["usable"] = d.usable
             devices.append(item)
-        return {"status": self.status, "backend": self.backend, "model": self.model,
-                "platform": self.platform.to_dict(), "versions": dict(self.versions),
-                "devices": devices, "problems": [asdict(p) for p in self.problems],
-                "verdict": list(self.verdict), "nvml": dict(self.nvml)}
+        return {
+            "status": self.status,
+            "backend": self.backend,
+            "model": self.model,
+            "platform": self.platform.to_dict(),
+            "versions": dict(self.versions),
+            "devices": devices,
+            "problems": [asdict(p) for p in self.problems],
+            "verdict": list(self.verdict),
+            "nvml": dict(self.nvml),
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)
@@ -142,11 +160,16 @@ class HealthReport:
         for d in self.devices:
             parts = [f"[{d.index}] {d.name}"]
             if d.total_memory_bytes:
-                free = (f", {d.free_memory_bytes / GiB:.1f} GiB free"
-                        if d.free_memory_bytes is not None else "")
+                free = (
+                    f", {d.free_memory_bytes / GiB:.1f} GiB free"
+                    if d.free_memory_bytes is not None
+                    else ""
+                )
                 parts.append(f"{d.total_memory_bytes / GiB:.1f} GiB total{free}")
             if d.compute_capability:
-                parts.append(f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}")
+                parts.append(
+                    f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}"
+                )
             elif d.arch:
                 parts.append(d.arch)
             if d.native_bf16 is not None:
@@ -171,17 +194,23 @@ class HealthReport:
         if v.get("torch") and not v.get("cuda") and not v.get("hip"):
             parts.append("CPU-only build (no CUDA, no ROCm)")
         if v.get("driver"):
-            parts.append(f"driver {v['driver']}" + (f" (CUDA {v['driver_cuda']})" if v.get("driver_cuda") else ""))
+            parts.append(
+                f"driver {v['driver']}"
+                + (f" (CUDA {v['driver_cuda']})" if v.get("driver_cuda") else "")
+            )
         elif self.nvml.get("error"):
             parts.append(f"NVML: {self.nvml['error']}")
         parts.append(f"Python {v.get('python', '?')}")
         return ", ".join(parts)
 
     def __str__(self) -> str:
-        lines = [f"GPU health check: {self.status.upper()}",
-                 f"Where: {self.platform}",
-                 f"Backend: {self.backend}; {self._version_line()}",
-                 "Devices:", *self._device_lines()]
+        lines = [
+            f"GPU health check: {self.status.upper()}",
+            f"Where: {self.platform}",
+            f"Backend: {self.backend}; {self._version_line()}",
+            "Devices:",
+            *self._device_lines(),
+        ]
         if self.problems:
             lines.append("Problems:")
             lines += [f"  {p}" for p in self.problems]
@@ -196,7 +225,8 @@ class HealthReport:
         rows = "".join(f"<li>{esc(line.strip())}</li>" for line in self._device_lines())
         problems = "".join(
             f"<li><b>{esc(p.severity)}</b>: {esc(p.message)}<br><i>Fix:</i> {esc(p.hint)}</li>"
-            for p in self.problems)
+            for p in self.problems
+        )
         verdict = "".join(f"<li>{esc(line)}</li>" for line in self.verdict)
         return (
             f"<div class='lessonkit-health'><b style='color:{colour.get(self.status, '#000')}'>"
@@ -204,5 +234,10 @@ class HealthReport:
             f"<small>Where: {esc(str(self.platform))}<br>Backend: {esc(self.backend)}; "
             f"{esc(self._version_line())}</small><p>Devices:</p><ul>{rows}</ul>"
             + (f"<p>Problems:</p><ul>{problems}</ul>" if problems else "")
-            + (f"<p>What you can fine-tune ({esc(self.model)}):</p><ul>{verdict}</ul>" if verdict else "")
-            + "</div>")
+            + (
+                f"<p>What you can fine-tune ({esc(self.model)}):</p><ul>{verdict}</ul>"
+                if verdict
+                else ""
+            )
+            + "</div>"
+        )

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..hardware.environments import get_environment
 from ..errors import LessonkitError, safe_text
-from ..planning.fitting import METHOD_WORDS
+from ..hardware.environments import get_environment
 from ..hardware.gpus import get_gpu
 from ..models.spec import ModelSpec, resolve_model
+from ..planning.fitting import METHOD_WORDS
 from ..planning.recommender import recommend
-from ..units import GiB
 from ..planning.verdicts import ORDER, fit_sentence
+from ..units import GiB
 
 
 def health_verdict(report: Any, model: Any) -> list[str]:
@@ -38,32 +38,43 @@ def device_lines(spec: ModelSpec, devices: list[Any]) -> list[str]:
     (name, total), group = max(groups.items(), key=lambda kv: (len(kv[1]), kv[0][1]))
     first = group[0]
     if not total:
-        return [f"{first.name}: memory size unknown, so no verdict; the calculator's figures "
-                f"for {spec.name} are in lessonkit.estimate()."]
+        return [
+            f"{first.name}: memory size unknown, so no verdict; the calculator's figures "
+            f"for {spec.name} are in lessonkit.estimate()."
+        ]
     native = True if first.native_bf16 is None else bool(first.native_bf16)
     label = f"{total / GiB:.1f} GiB {first.catalog_name or first.name}"
     lines = [fit_sentence(spec, label, total, len(group), native)]
     if len(group) > 1:
         lines.append("One of them alone: " + fit_sentence(spec, label, total, 1, native))
-    free = min((d.free_memory_bytes for d in group if d.free_memory_bytes is not None), default=None)
+    free = min(
+        (d.free_memory_bytes for d in group if d.free_memory_bytes is not None), default=None
+    )
     if free is not None and free < 0.9 * total:
-        lines.append(f"Only {free / GiB:.1f} GiB is free right now: with that, "
-                     + fit_sentence(spec, label, free, 1, native).split(": ", 1)[1])
+        lines.append(
+            f"Only {free / GiB:.1f} GiB is free right now: with that, "
+            + fit_sentence(spec, label, free, 1, native).split(": ", 1)[1]
+        )
     if first.backend == "mps":
-        lines.append("On Apple MPS these CUDA figures are a guide only: unified memory is shared "
-                     "with the system, and QLoRA (bitsandbytes) is not available.")
+        lines.append(
+            "On Apple MPS these CUDA figures are a guide only: unified memory is shared "
+            "with the system, and QLoRA (bitsandbytes) is not available."
+        )
     return lines
 
 
 def no_gpu_lines(spec: ModelSpec) -> list[str]:
     """Without a usable GPU: the free T4s, and the cheapest rented setup per method."""
     t4 = get_gpu("T4")
-    lines = [f"Here: no usable GPU, so no fine-tuning of {spec.name} (CPU training of an LLM "
-             "is far too slow)."]
+    lines = [
+        f"Here: no usable GPU, so no fine-tuning of {spec.name} (CPU training of an LLM "
+        "is far too slow)."
+    ]
     lines.append("Free Google Colab: " + fit_sentence(spec, t4.label, t4.usable_bytes, 1, False))
     if 2 in get_environment("kaggle").offer("T4").counts:
-        lines.append("Free Kaggle (GPU T4 x2): "
-                     + fit_sentence(spec, t4.label, t4.usable_bytes, 2, False))
+        lines.append(
+            "Free Kaggle (GPU T4 x2): " + fit_sentence(spec, t4.label, t4.usable_bytes, 2, False)
+        )
     paid = [o for o in recommend(spec).options if o.price_per_hour > 0 and not o.purchase_usd]
     for method in ORDER:
         options = [o for o in paid if o.method == method]
@@ -71,11 +82,15 @@ def no_gpu_lines(spec: ModelSpec) -> list[str]:
             continue
         per_token = options[0]  # ranked by dollars per million tokens
         per_hour = min(options, key=lambda o: o.price_per_hour)
-        text = (f"To rent for {METHOD_WORDS[method]}: {per_hour.setup} on {per_hour.name} at "
-                f"${per_hour.price_per_hour:.2f}/h is the cheapest hour")
+        text = (
+            f"To rent for {METHOD_WORDS[method]}: {per_hour.setup} on {per_hour.name} at "
+            f"${per_hour.price_per_hour:.2f}/h is the cheapest hour"
+        )
         if per_token is not per_hour:
-            text += (f"; {per_token.setup} on {per_token.name} (${per_token.price_per_hour:.2f}/h) "
-                     f"the cheapest work at ${per_token.usd_per_million_tokens:.2f} per million tokens")
+            text += (
+                f"; {per_token.setup} on {per_token.name} (${per_token.price_per_hour:.2f}/h) "
+                f"the cheapest work at ${per_token.usd_per_million_tokens:.2f} per million tokens"
+            )
         caveats = dict.fromkeys(get_gpu(o.gpu).caveat for o in (per_hour, per_token))
         lines.append(text + "." + "".join(f" Note: {c}" for c in caveats if c))
     return lines

@@ -11,5 +11,13 @@ from .measuring import measure
 from .report import CATEGORIES, LABELS, PHASES, MemoryReport
 from .timeline import Timeline
 
-__all__ = ["CATEGORIES", "LABELS", "PHASES", "MemoryReport", "Timeline", "estimate", "measure",
-           "timeline_from_snapshot"]
+__all__ = [
+    "CATEGORIES",
+    "LABELS",
+    "PHASES",
+    "MemoryReport",
+    "Timeline",
+    "estimate",
+    "measure",
+    "timeline_from_snapshot",
+]

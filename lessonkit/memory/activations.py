@@ -20,18 +20,18 @@ class Ctx:
 
     batch: int
     seq: int
-    p: int               # dtype of the residual stream and of the non-quantized weights
-    c: int               # compute dtype
-    mixed: bool          # autocast on (fp32 weights, 16-bit matmuls)
-    full: bool           # base weights trained (full fine-tuning)
-    targets: frozenset   # LoRA target modules
-    ad: int              # LoRA adapter dtype
+    p: int  # dtype of the residual stream and of the non-quantized weights
+    c: int  # compute dtype
+    mixed: bool  # autocast on (fp32 weights, 16-bit matmuls)
+    full: bool  # base weights trained (full fine-tuning)
+    targets: frozenset  # LoRA target modules
+    ad: int  # LoRA adapter dtype
     rank: int
     qlora: bool
-    attention: str       # "sdpa", "flash" or "eager"
-    dropout: float       # dropout probability of the model's own dropout layers (GPT-2)
-    cpu: bool            # CPU kernels (dropout masks in the input's dtype, SDPA math path)
-    lora_dropout: float = 0.0   # peft's dropout on each adapter's input
+    attention: str  # "sdpa", "flash" or "eager"
+    dropout: float  # dropout probability of the model's own dropout layers (GPT-2)
+    cpu: bool  # CPU kernels (dropout masks in the input's dtype, SDPA math path)
+    lora_dropout: float = 0.0  # peft's dropout on each adapter's input
     bnb_saves_input: bool = False  # bitsandbytes before 0.43.2: a 4-bit layer keeps its input
 
     @property
@@ -70,8 +70,18 @@ class Saved:
         return sum(self.items.values())
 
 
-def _linear(s: Saved, ctx: Ctx, name: str, x_key: str, x_bytes: int, x_grad: bool,
-            n_in: int, n_out: int, quantized: bool, held: int = 0) -> bool:
+def _linear(
+    s: Saved,
+    ctx: Ctx,
+    name: str,
+    x_key: str,
+    x_bytes: int,
+    x_grad: bool,
+    n_in: int,
+    n_out: int,
+    quantized: bool,
+    held: int = 0,
+) -> bool:
     """Apply one (possibly LoRA-wrapped) linear layer; returns whether its output needs a grad.
 
     ``held``: bytes the forward holds at this point besides the saved tensors and the input.
@@ -117,8 +127,9 @@ def _linear(s: Saved, ctx: Ctx, name: str, x_key: str, x_bytes: int, x_grad: boo
         if not ctx.mixed and ctx.lora_dropout > 0 and x_bytes != ctx.ad:
             cast = ctx.ad * t * n_in  # the cast input, held beside its dropped-out copy
         lora_out = (ctx.c if ctx.mixed else ctx.ad) * t * n_out
-        s.forward_peak = max(s.forward_peak, s.activations + held + x_held + cast
-                             + ctx.c * t * n_out + 2 * lora_out)
+        s.forward_peak = max(
+            s.forward_peak, s.activations + held + x_held + cast + ctx.c * t * n_out + 2 * lora_out
+        )
         out_grad = True
     return out_grad
 
@@ -133,8 +144,9 @@ def _rmsnorm(s: Saved, ctx: Ctx, name: str, x_key: str, x_grad: bool, h: int) ->
     return x_grad or ctx.full
 
 
-def _attention_core(s: Saved, ctx: Ctx, spec: ModelSpec, name: str, qk_bytes: int,
-                    v_key: str, q_grad: bool) -> None:
+def _attention_core(
+    s: Saved, ctx: Ctx, spec: ModelSpec, name: str, qk_bytes: int, v_key: str, q_grad: bool
+) -> None:
     """SDPA / eager attention on q, k (after rotary) and v (keys say what is shared)."""
     b, n, t, c = ctx.batch, ctx.seq, ctx.tokens, ctx.c
     q, kv, heads = spec.q_size, spec.kv_size, spec.n_heads
@@ -145,9 +157,7 @@ def _attention_core(s: Saved, ctx: Ctx, spec: ModelSpec, name: str, qk_bytes: in
         s.add(f"{name}.q", c * t * q)
         s.add(f"{name}.k", c * t * (q if rep > 1 else kv))
         s.add(f"{name}.probs32", 4 * b * heads * n * n)
-        if qk_bytes != 4:
-            s.add(f"{name}.probs", c * b * heads * n * n)
-        elif c != 4:
+        if qk_bytes != 4 or c != 4:
             s.add(f"{name}.probs", c * b * heads * n * n)
         s.add(f"{name}.v" if rep > 1 else v_key, c * t * (q if rep > 1 else kv))
         s.add(f"{name}.out", c * t * q)  # the contiguous copy o_proj reads
@@ -181,8 +191,18 @@ def llama_layer(spec: ModelSpec, ctx: Ctx, i: int, x_grad: bool) -> Saved:
         s.add("rope.sin", p * ctx.seq * spec.head_dim)
     qk_bytes = max(c, p)  # q * cos promotes to the residual dtype
     _attention_core(s, ctx, spec, f"L{i}.attn", qk_bytes, f"L{i}.v_proj.out", any_grad)
-    og = _linear(s, ctx, f"L{i}.o_proj", f"L{i}.attn.out", c, any_grad, q, h, ctx.qlora,
-                 held=unsaved(n1, p * t * h))
+    og = _linear(
+        s,
+        ctx,
+        f"L{i}.o_proj",
+        f"L{i}.attn.out",
+        c,
+        any_grad,
+        q,
+        h,
+        ctx.qlora,
+        held=unsaved(n1, p * t * h),
+    )
     hg = x_grad or og
     mid = f"L{i}.mid"
     g2 = _rmsnorm(s, ctx, f"L{i}.n2", mid, hg, h)
@@ -194,8 +214,9 @@ def llama_layer(spec: ModelSpec, ctx: Ctx, i: int, x_grad: bool) -> Saved:
         gg = _linear(s, ctx, f"L{i}.gate_proj", n2, p, g2, h, inter, ctx.qlora)
         if gg:
             s.add(f"L{i}.gate", m * t * inter)  # the activation function's input
-        ug = _linear(s, ctx, f"L{i}.up_proj", n2, p, g2, h, inter, ctx.qlora,
-                     held=m * t * inter)  # the activation function's output
+        ug = _linear(
+            s, ctx, f"L{i}.up_proj", n2, p, g2, h, inter, ctx.qlora, held=m * t * inter
+        )  # the activation function's output
         if ug:
             s.add(f"L{i}.act", m * t * inter)
         if gg:
@@ -206,8 +227,18 @@ def llama_layer(spec: ModelSpec, ctx: Ctx, i: int, x_grad: bool) -> Saved:
         if mg:
             s.add(f"L{i}.up", m * t * inter)
     before, copies, peak = s.activations, s.weight_copies, s.forward_peak
-    _linear(s, ctx, f"L{i}.down_proj", f"L{i}.act_out", m, mg, inter, h, ctx.qlora,
-            held=unsaved(n2, p * t * h))
+    _linear(
+        s,
+        ctx,
+        f"L{i}.down_proj",
+        f"L{i}.act_out",
+        m,
+        mg,
+        inter,
+        h,
+        ctx.qlora,
+        held=unsaved(n2, p * t * h),
+    )
     s.freed_first, s.freed_first_copies = s.activations - before, s.weight_copies - copies
     s.forward_peak = peak  # a recomputation stops before down_proj's LoRA output
     # down_proj's input gradient, then the two the gate's product makes from it
@@ -227,7 +258,8 @@ def llama_layer(spec: ModelSpec, ctx: Ctx, i: int, x_grad: bool) -> Saved:
     # product where nothing saved them; with LoRA there, the base output and peft's copy of
     # the input in the adapters' dtype (autocast then saves a 16-bit copy of that)
     s.forward_held = (p * t * h if n2 not in s.items else 0) + (
-        m * t * inter if f"L{i}.act_out" not in s.items else 0)
+        m * t * inter if f"L{i}.act_out" not in s.items else 0
+    )
     if lora_out:
         s.forward_held += c * t * h + (4 * t * inter if ctx.mixed and ctx.ad != c else 0)
         if not ctx.mixed and ctx.lora_dropout > 0 and ctx.ad != c:
@@ -236,8 +268,9 @@ def llama_layer(spec: ModelSpec, ctx: Ctx, i: int, x_grad: bool) -> Saved:
     return s
 
 
-def backward_moments(s: Saved, ctx: Ctx, h: int, inter: int, input_key: str,
-                     recomputed: bool) -> list[tuple[int, int]]:
+def backward_moments(
+    s: Saved, ctx: Ctx, h: int, inter: int, input_key: str, recomputed: bool
+) -> list[tuple[int, int]]:
     """(activations, temporaries) a decoder layer's backward adds to what the layers below it
     keep, at its highest moments. With ``recomputed`` (gradient checkpointing) its saved
     tensors are made again first, all but its input (``input_key``), which is the checkpoint;
@@ -250,21 +283,23 @@ def backward_moments(s: Saved, ctx: Ctx, h: int, inter: int, input_key: str,
     - QLoRA: the projection's own backward, its weight dequantized beside the gradient it makes.
     """
     t = ctx.tokens
-    saved, copies = (s.activations - s.items.get(input_key, 0), s.weight_copies) if recomputed \
-        else (0, 0)
+    saved, copies = (
+        (s.activations - s.items.get(input_key, 0), s.weight_copies) if recomputed else (0, 0)
+    )
     incoming = ctx.p * t * h
     moments = [(saved - s.freed_first + incoming + s.mlp_grads, copies - s.freed_first_copies)]
     if s.dropout_grads:
-        moments.append((saved - s.freed_first + incoming + s.dropout_grads,
-                        copies - s.freed_first_copies))
+        moments.append(
+            (saved - s.freed_first + incoming + s.dropout_grads, copies - s.freed_first_copies)
+        )
     if recomputed:
         moments.append((saved + incoming + s.incoming + s.forward_held, copies))
         if s.forward_peak:
-            moments.append((s.forward_peak - s.items.get(input_key, 0) + incoming + s.incoming,
-                            copies))
+            moments.append(
+                (s.forward_peak - s.items.get(input_key, 0) + incoming + s.incoming, copies)
+            )
     if s.dequantized:
-        moments.append((saved + incoming + s.incoming + ctx.c * t * inter,
-                        copies + s.dequantized))
+        moments.append((saved + incoming + s.incoming + ctx.c * t * inter, copies + s.dequantized))
     return moments
 
 

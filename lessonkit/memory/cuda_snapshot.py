@@ -26,7 +26,8 @@ decide yourself. Pure Python: no torch needed to read a saved snapshot.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ..errors import LessonkitError
 from .timeline import MAX_POINTS, Timeline, from_moments
@@ -37,8 +38,11 @@ BEFORE_LABEL = "Allocated before the trace (weights, states)"
 
 def _frames_text(entry: Mapping[str, Any]) -> list[tuple[str, str]]:
     frames = entry.get("frames") or []
-    return [(str(f.get("filename", "")).replace("\\", "/"), str(f.get("name", "")))
-            for f in frames if isinstance(f, Mapping)]
+    return [
+        (str(f.get("filename", "")).replace("\\", "/"), str(f.get("name", "")))
+        for f in frames
+        if isinstance(f, Mapping)
+    ]
 
 
 def default_phase(entry: Mapping[str, Any]) -> str:
@@ -46,8 +50,10 @@ def default_phase(entry: Mapping[str, Any]) -> str:
     frames = _frames_text(entry)
     if any("torch/optim/" in path for path, _ in frames):
         return "optimizer"
-    if any("torch/autograd/" in path or name in ("backward", "_engine_run_backward")
-           for path, name in frames):
+    if any(
+        "torch/autograd/" in path or name in ("backward", "_engine_run_backward")
+        for path, name in frames
+    ):
         return "backward"
     return "forward"
 
@@ -64,8 +70,10 @@ def default_category(phase: str, survives: bool) -> str:
 def _trace(snapshot: Mapping[str, Any], device: int | None) -> tuple[int, list]:
     traces = snapshot.get("device_traces")
     if not isinstance(traces, Sequence) or not traces:
-        raise LessonkitError("A snapshot needs 'device_traces' (record them first with "
-                             "torch.cuda.memory._record_memory_history()).")
+        raise LessonkitError(
+            "A snapshot needs 'device_traces' (record them first with "
+            "torch.cuda.memory._record_memory_history())."
+        )
     if device is None:
         device = max(range(len(traces)), key=lambda i: len(traces[i] or []))
     if not 0 <= device < len(traces):
@@ -84,17 +92,22 @@ def _allocated_now(snapshot: Mapping[str, Any], device: int) -> int:
     return total
 
 
-def timeline_from_snapshot(snapshot: Mapping[str, Any], device: int | None = None,
-                           classify: Callable[[Mapping[str, Any], bool], tuple[str, str]]
-                           | None = None, max_points: int = MAX_POINTS) -> Timeline:
+def timeline_from_snapshot(
+    snapshot: Mapping[str, Any],
+    device: int | None = None,
+    classify: Callable[[Mapping[str, Any], bool], tuple[str, str]] | None = None,
+    max_points: int = MAX_POINTS,
+) -> Timeline:
     """The live allocated bytes of a recorded CUDA trace, by phase and category (module doc).
 
     ``classify(entry, survives)`` may return (phase, category) for an ``alloc`` entry;
     ``survives`` says whether it is still allocated at the end of the trace.
     """
     if not isinstance(snapshot, Mapping):
-        raise LessonkitError(f"Expected the dict torch.cuda.memory._snapshot() returns, got "
-                             f"{type(snapshot).__name__}.")
+        raise LessonkitError(
+            f"Expected the dict torch.cuda.memory._snapshot() returns, got "
+            f"{type(snapshot).__name__}."
+        )
     device, trace = _trace(snapshot, device)
     live: dict[int, tuple[int, Mapping[str, Any]]] = {}  # address -> (size, alloc entry)
     allocs: list[tuple[int, Mapping[str, Any]]] = []
@@ -138,6 +151,8 @@ def timeline_from_snapshot(snapshot: Mapping[str, Any], device: int | None = Non
             continue
         moments.append((phase, dict(levels)))
     if not moments:
-        raise LessonkitError("The snapshot's trace has no allocations on this device: record "
-                             "with torch.cuda.memory._record_memory_history() before the step.")
+        raise LessonkitError(
+            "The snapshot's trace has no allocations on this device: record "
+            "with torch.cuda.memory._record_memory_history() before the step."
+        )
     return from_moments(moments, "snapshot", max_points=max_points)

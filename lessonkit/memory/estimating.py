@@ -25,13 +25,13 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from . import activations as acts
-from . import optimizers as opt
 from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
 from ..options import DTYPE_BYTES
+from ..units import GiB
+from . import activations as acts
+from . import optimizers as opt
 from .report import MemoryReport
 from .settings import RunSettings, validate_run
-from ..units import GiB
 
 GPT2_DROPOUT = 0.1  # transformers' GPT2Config default for resid/embd/attn dropout
 NF4_BLOCK, NF4_NESTED_BLOCK = 64, 256
@@ -71,16 +71,33 @@ def _buffer_bytes(spec: ModelSpec) -> int:
 
 
 # ----- the estimate --------------------------------------------------------------------------
-def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
-             optimizer: str = "adamw", batch_size: int = 1, seq_len: int = 512,
-             gradient_checkpointing: bool = False, lora_rank: int = 16,
-             lora_targets: tuple[str, ...] | str = DEFAULT_LORA_TARGETS, n_gpus: int = 1,
-             zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
-             double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
-             device: str = "cuda", lora_dropout: float = 0.0,
-             bitsandbytes: str = "current", activation_offload: bool = False,
-             optimizer_in_backward: bool = False, loss: str = "standard",
-             loss_chunks: int = 8, no_sync: bool = False) -> MemoryReport:
+def estimate(
+    model: Any,
+    *,
+    method: str = "full",
+    precision: str = "bf16-mixed",
+    optimizer: str = "adamw",
+    batch_size: int = 1,
+    seq_len: int = 512,
+    gradient_checkpointing: bool = False,
+    lora_rank: int = 16,
+    lora_targets: tuple[str, ...] | str = DEFAULT_LORA_TARGETS,
+    n_gpus: int = 1,
+    zero_stage: int = 0,
+    attention: str = "sdpa",
+    offload_optimizer: bool = False,
+    double_quant: bool = True,
+    lora_dtype: str = "fp32",
+    gradient_accumulation: int = 1,
+    device: str = "cuda",
+    lora_dropout: float = 0.0,
+    bitsandbytes: str = "current",
+    activation_offload: bool = False,
+    optimizer_in_backward: bool = False,
+    loss: str = "standard",
+    loss_chunks: int = 8,
+    no_sync: bool = False,
+) -> MemoryReport:
     """Estimate the peak GPU memory per GPU of one training step of ``model``.
 
     ``model`` is a preset name ("llama-2-7b"), a size ("7B", 7e9), a ModelSpec or a Hugging
@@ -89,14 +106,31 @@ def estimate(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
     """
     spec = resolve_model(model)
     s = validate_run(
-        spec, method=method, precision=precision, optimizer=optimizer, batch_size=batch_size,
-        seq_len=seq_len, gradient_checkpointing=gradient_checkpointing, lora_rank=lora_rank,
-        lora_targets=lora_targets, n_gpus=n_gpus, zero_stage=zero_stage, attention=attention,
-        offload_optimizer=offload_optimizer, double_quant=double_quant, lora_dtype=lora_dtype,
-        gradient_accumulation=gradient_accumulation, device=device, lora_dropout=lora_dropout,
-        bitsandbytes=bitsandbytes, activation_offload=activation_offload,
-        optimizer_in_backward=optimizer_in_backward, loss=loss, loss_chunks=loss_chunks,
-        no_sync=no_sync)
+        spec,
+        method=method,
+        precision=precision,
+        optimizer=optimizer,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        gradient_checkpointing=gradient_checkpointing,
+        lora_rank=lora_rank,
+        lora_targets=lora_targets,
+        n_gpus=n_gpus,
+        zero_stage=zero_stage,
+        attention=attention,
+        offload_optimizer=offload_optimizer,
+        double_quant=double_quant,
+        lora_dtype=lora_dtype,
+        gradient_accumulation=gradient_accumulation,
+        device=device,
+        lora_dropout=lora_dropout,
+        bitsandbytes=bitsandbytes,
+        activation_offload=activation_offload,
+        optimizer_in_backward=optimizer_in_backward,
+        loss=loss,
+        loss_chunks=loss_chunks,
+        no_sync=no_sync,
+    )
     return _Step(spec, s).report()
 
 
@@ -136,15 +170,20 @@ class _Step:
                 layer_params.append((tensor.shape, nbytes, full))
         if lora:
             for n_in, n_out in spec.lora_shapes(s.lora_targets):
-                layer_params += [((s.lora_rank, n_in), self.ad, True),
-                                 ((n_out, s.lora_rank), self.ad, True)]
+                layer_params += [
+                    ((s.lora_rank, n_in), self.ad, True),
+                    ((n_out, s.lora_rank), self.ad, True),
+                ]
         root_params = [(tensor.shape, self.wp, full) for tensor in tensors.outer]
 
         # weights on this GPU, and (shape, count) of the trainable tensors
         weights = _buffer_bytes(spec)
         if qlora:
-            weights += layers * sum(_nf4_bytes(math.prod(tensor.shape), s.double_quant)
-                                    for tensor in tensors.layer if tensor.kind == "linear")
+            weights += layers * sum(
+                _nf4_bytes(math.prod(tensor.shape), s.double_quant)
+                for tensor in tensors.layer
+                if tensor.kind == "linear"
+            )
         trainable: list[tuple[tuple[int, ...], int]] = []
         for params, count in ((layer_params, layers), (root_params, 1)):
             for shape, nbytes, trained in params:
@@ -157,29 +196,34 @@ class _Step:
         grads_full = grad_dtype * self.trainable_params
         # gradients: sharded from ZeRO-2; DDP (several GPUs, ZeRO-0) adds its flat buckets
         g_stage = zero if zero >= 2 else 0
-        self.gradients = sum(grad_dtype * math.prod(local(sh, g_stage)) * count
-                             for sh, count in trainable)
+        self.gradients = sum(
+            grad_dtype * math.prod(local(sh, g_stage)) * count for sh, count in trainable
+        )
         self.buckets = grads_full if n > 1 and zero == 0 else 0  # allocated up front
         self.gradients += self.buckets
         # FSDP without a reduction until the last micro-batch (no_sync): each rank accumulates
         # the full, unsharded gradients, in the reduce dtype (fp32 under mixed precision, even
         # for bf16 adapters); the last micro-batch reduces them to shards before the step
         kept_dtype = 4 if self.sharded_mixed else grad_dtype
-        self.gradients_full_layer = sum(kept_dtype * math.prod(sh)
-                                        for sh, _, trained in layer_params if trained)
+        self.gradients_full_layer = sum(
+            kept_dtype * math.prod(sh) for sh, _, trained in layer_params if trained
+        )
         self.step_gradients = self.gradients  # what the optimizer step finds
         if s.no_sync and zero == 3:
             self.gradients = kept_dtype * self.trainable_params
         # one decoder layer's gradients, as they appear during its backward (with several
         # micro-batches they exist already), and the first of them: the MLP's output weight
         mlp_out = (spec.intermediate_size, spec.hidden_size)
-        self.layer_grads = sum(grad_dtype * math.prod(local(sh, g_stage))
-                               for sh, _, trained in layer_params if trained)
+        self.layer_grads = sum(
+            grad_dtype * math.prod(local(sh, g_stage)) for sh, _, trained in layer_params if trained
+        )
         self.first_layer_grad = grad_dtype * math.prod(local(mlp_out, g_stage)) if full else 0
         # lm_head's gradient, made at the start of backward (untied, full fine-tuning)
-        self.head_grads = (grad_dtype * math.prod(local((spec.vocab_size, spec.hidden_size),
-                                                        g_stage))
-                           if full and not spec.tie_embeddings else 0)
+        self.head_grads = (
+            grad_dtype * math.prod(local((spec.vocab_size, spec.hidden_size), g_stage))
+            if full and not spec.tie_embeddings
+            else 0
+        )
         if s.gradient_accumulation > 1:  # accumulated in place into the existing gradients
             self.layer_grads = self.first_layer_grad = self.head_grads = 0
         # the optimizer step in backward: each gradient is stepped and freed as soon as it is
@@ -187,8 +231,9 @@ class _Step:
         self.oib = s.optimizer_in_backward
 
         def step_temps(shape: tuple[int, ...]) -> int:
-            return opt.step_temporaries(s.optimizer, [(math.prod(shape), shape, 1)],
-                                        grad_dtype, master)
+            return opt.step_temporaries(
+                s.optimizer, [(math.prod(shape), shape, 1)], grad_dtype, master
+            )
 
         self.oib_head = self.oib_head_temps = self.oib_mlp_temps = self.oib_embed_temps = 0
         if self.oib:
@@ -203,8 +248,11 @@ class _Step:
             state += 4 * sum(count for _, count in trainable)  # step counters on the GPU
         self.offload_bytes = state if s.offload_optimizer else 0
         self.optimizer = 0 if s.offload_optimizer else state
-        self.step_temps = 0 if s.offload_optimizer else opt.step_temporaries(
-            s.optimizer, shards, grad_dtype, master)
+        self.step_temps = (
+            0
+            if s.offload_optimizer
+            else opt.step_temporaries(s.optimizer, shards, grad_dtype, master)
+        )
         self.gather = 0
         self.fsdp: dict[str, int] = {}
         if zero == 3:
@@ -218,17 +266,29 @@ class _Step:
             self.gather = self.fsdp["root_params"] + self.fsdp["layer_flat"]
 
         # activations
-        targets = (frozenset(k.split(".")[-1] for k in spec.linear_shapes())
-                   if s.lora_targets == "all-linear" else frozenset(s.lora_targets))
+        targets = (
+            frozenset(k.split(".")[-1] for k in spec.linear_shapes())
+            if s.lora_targets == "all-linear"
+            else frozenset(s.lora_targets)
+        )
         dropout = GPT2_DROPOUT if spec.family == "gpt2" else 0.0
-        self.ctx = acts.Ctx(batch=s.batch_size, seq=s.seq_len, p=self.p, c=self.c,
-                            mixed=self.mixed, full=full,
-                            targets=targets if lora else frozenset(),
-                            ad=self.c if self.sharded_mixed else self.ad,
-                            rank=s.lora_rank, qlora=qlora, attention=s.attention,
-                            dropout=dropout, cpu=s.device == "cpu",
-                            lora_dropout=s.lora_dropout if lora else 0.0,
-                            bnb_saves_input=qlora and s.bitsandbytes == "before-0.43.2")
+        self.ctx = acts.Ctx(
+            batch=s.batch_size,
+            seq=s.seq_len,
+            p=self.p,
+            c=self.c,
+            mixed=self.mixed,
+            full=full,
+            targets=targets if lora else frozenset(),
+            ad=self.c if self.sharded_mixed else self.ad,
+            rank=s.lora_rank,
+            qlora=qlora,
+            attention=s.attention,
+            dropout=dropout,
+            cpu=s.device == "cpu",
+            lora_dropout=s.lora_dropout if lora else 0.0,
+            bnb_saves_input=qlora and s.bitsandbytes == "before-0.43.2",
+        )
         self._activations()
 
     def _fsdp_buffers(self, layer_params: list, root_params: list, local: Any) -> dict[str, int]:
@@ -253,8 +313,10 @@ class _Step:
             return out
 
         layer, root = sizes(layer_params), sizes(root_params)
-        return {**{f"layer_{k}": v for k, v in layer.items()},
-                **{f"root_{k}": v for k, v in root.items()}}
+        return {
+            **{f"layer_{k}": v for k, v in layer.items()},
+            **{f"root_{k}": v for k, v in root.items()},
+        }
 
     def _activations(self) -> None:
         spec, s, ctx = self.spec, self.s, self.ctx
@@ -303,8 +365,7 @@ class _Step:
             self.fw_layers = spec.n_layers * (p * t * h + self.bnb_kept) + self.rope
             self.fw_copies, self.bw_copies = (copies if full else 0), 0
         else:
-            self.fw_layers = (self.first_saved + (spec.n_layers - 1) * self.layer_saved
-                              + self.rope)
+            self.fw_layers = self.first_saved + (spec.n_layers - 1) * self.layer_saved + self.rope
             self.fw_copies = self.bw_copies = copies  # saved until each layer's backward
         # activation offloading: whatever is saved for backward goes to host memory, and
         # autocast's cached copies of trained weights are all that stays until the forward ends
@@ -314,8 +375,11 @@ class _Step:
         # what goes to the host: every saved tensor outside the checkpointed layers (their
         # inputs, the embedding's indices, the head's, the loss's two fp32 [tokens, vocab]
         # tensors) and lm_head's weight as the matmul saves it
-        self.offloaded = (self.inputs + self.fw_layers + self.head_saved + 2 * self.logsoftmax
-                          + self.c * v * h if s.activation_offload else 0)
+        self.offloaded = (
+            self.inputs + self.fw_layers + self.head_saved + 2 * self.logsoftmax + self.c * v * h
+            if s.activation_offload
+            else 0
+        )
         if s.activation_offload:
             self.fw_copies, self.bw_copies = (copies if full else 0), 0
             self.head_copies = self.head_copies if full else 0
@@ -337,42 +401,66 @@ class _Step:
         # (a chunked loss runs after the decoder has returned)
         last_hidden = 0 if s.loss == "chunked" else p * t * h
         # offloaded: only the labels the loss is working on stay of what is saved
-        saved = (8 * t + self.offload_kept if s.activation_offload
-                 else self.fw_layers + self.head_saved)
-        fw = dict(static, gradients=grads_fw,
-                  activations=self.inputs + saved + last_hidden
-                  + 8 * s.batch_size * (s.seq_len + 1),
-                  logits=logits_fw, temporaries=self.head_copies + self.fw_copies + self.gather)
-        bw_start = dict(static, gradients=grads_fw,
-                        activations=self.inputs + (self.offload_kept if s.activation_offload
-                                                   else saved),
-                        logits=logits_bw,
-                        temporaries=(0 if s.activation_offload else self.head_copies)
-                        + self.bw_copies + self.gather)
+        saved = (
+            8 * t + self.offload_kept if s.activation_offload else self.fw_layers + self.head_saved
+        )
+        fw = dict(
+            static,
+            gradients=grads_fw,
+            activations=self.inputs + saved + last_hidden + 8 * s.batch_size * (s.seq_len + 1),
+            logits=logits_fw,
+            temporaries=self.head_copies + self.fw_copies + self.gather,
+        )
+        bw_start = dict(
+            static,
+            gradients=grads_fw,
+            activations=self.inputs + (self.offload_kept if s.activation_offload else saved),
+            logits=logits_bw,
+            temporaries=(0 if s.activation_offload else self.head_copies)
+            + self.bw_copies
+            + self.gather,
+        )
         bw_layers = self._layer_moments(static, grads_fw)
         # end: every gradient; tied embeddings add the embedding's gradient to lm_head's
         tied = 2 * p * v * h if ctx.full and spec.tie_embeddings else 0
-        bw_end = dict(static, gradients=0 if self.oib else self.gradients,
-                      activations=self.inputs + 2 * p * t * h + tied,
-                      temporaries=self.gather + self.oib_embed_temps)
-        step = dict(static, gradients=0 if self.oib else self.step_gradients,
-                    activations=self.inputs, temporaries=0 if self.oib else self.step_temps)
+        bw_end = dict(
+            static,
+            gradients=0 if self.oib else self.gradients,
+            activations=self.inputs + 2 * p * t * h + tied,
+            temporaries=self.gather + self.oib_embed_temps,
+        )
+        step = dict(
+            static,
+            gradients=0 if self.oib else self.step_gradients,
+            activations=self.inputs,
+            temporaries=0 if self.oib else self.step_temps,
+        )
         fws, bws = [fw], [bw_start, *bw_layers, bw_end]
         if self.oib_head:  # lm_head's gradient, stepped as backward begins
-            bws.append(dict(bw_start, gradients=self.oib_head, logits=0,
-                            activations=bw_start["activations"] + p * t * h,
-                            temporaries=bw_start["temporaries"] + self.oib_head_temps))
+            bws.append(
+                dict(
+                    bw_start,
+                    gradients=self.oib_head,
+                    logits=0,
+                    activations=bw_start["activations"] + p * t * h,
+                    temporaries=bw_start["temporaries"] + self.oib_head_temps,
+                )
+            )
         if self.fsdp:
             more_fw, bws = self._fsdp_moments(static, grads_fw)
             fws += more_fw
             bws = [bw_start] + bws
         self.moments = {"forward": fws, "backward": bws, "optimizer": [step]}  # memory/timeline.py
-        by_phase = {"forward": max(fws, key=lambda d: sum(d.values())),
-                    "backward": max(bws, key=lambda d: sum(d.values())), "optimizer": step}
+        by_phase = {
+            "forward": max(fws, key=lambda d: sum(d.values())),
+            "backward": max(bws, key=lambda d: sum(d.values())),
+            "optimizer": step,
+        }
         return {k: sum(d.values()) for k, d in by_phase.items()}, by_phase
 
-    def _layer_moments(self, static: dict[str, int], grads_fw: int,
-                       ks: Any = None) -> list[dict[str, int]]:
+    def _layer_moments(
+        self, static: dict[str, int], grads_fw: int, ks: Any = None
+    ) -> list[dict[str, int]]:
         """Inside a decoder layer's backward (activations.backward_moments), layer by layer:
         each finished layer frees what it kept (its activations, or its checkpointed input)
         and leaves its gradients, so the highest moment is in the first layer backward
@@ -390,25 +478,46 @@ class _Step:
             if s.activation_offload:  # only the layer at work is back on the device
                 below = self.inputs + self.offload_kept + kept
             if ks is not None:
-                moments.append(dict(static, gradients=grads_fw + self.head_grads
-                                    + k * self.layer_grads, activations=below + p * t * h,
-                                    temporaries=self.bw_copies - k * kept_copies + self.gather))
+                moments.append(
+                    dict(
+                        static,
+                        gradients=grads_fw + self.head_grads + k * self.layer_grads,
+                        activations=below + p * t * h,
+                        temporaries=self.bw_copies - k * kept_copies + self.gather,
+                    )
+                )
             for extra, temps in self._inside_layer(first=k == layers - 1):
-                moments.append(dict(
-                    static, gradients=grads_fw + self.head_grads + k * self.layer_grads
-                    + self.first_layer_grad, activations=below + extra,
-                    temporaries=self.bw_copies - k * kept_copies + temps + self.gather
-                    + self.oib_mlp_temps))
+                moments.append(
+                    dict(
+                        static,
+                        gradients=grads_fw
+                        + self.head_grads
+                        + k * self.layer_grads
+                        + self.first_layer_grad,
+                        activations=below + extra,
+                        temporaries=self.bw_copies
+                        - k * kept_copies
+                        + temps
+                        + self.gather
+                        + self.oib_mlp_temps,
+                    )
+                )
         return moments
 
     def _inside_layer(self, first: bool) -> list[tuple[int, int]]:
         layer = self.first_layer if first else self.other_layer
-        return acts.backward_moments(layer, self.ctx, self.spec.hidden_size,
-                                     self.spec.intermediate_size, "L0.x" if first else "L1.x",
-                                     self.s.gradient_checkpointing)
+        return acts.backward_moments(
+            layer,
+            self.ctx,
+            self.spec.hidden_size,
+            self.spec.intermediate_size,
+            "L0.x" if first else "L1.x",
+            self.s.gradient_checkpointing,
+        )
 
-    def _fsdp_moments(self, static: dict[str, int], grads_fw: int
-                      ) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+    def _fsdp_moments(
+        self, static: dict[str, int], grads_fw: int
+    ) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
         """The forward's and the backward's highest moments under FSDP (ZeRO-3).
 
         Forward: the end of the last layer, gathered alongside its all-gather buffer. Backward,
@@ -437,15 +546,21 @@ class _Step:
             done = range(layers - j, layers)
             return sum(kept(i) for i in done), sum(copies(i) for i in done)
 
-        fw_end = dict(static, gradients=grads_fw,
-                      activations=self.inputs + self.fw_layers + p * t * h
-                      + 8 * s.batch_size * (s.seq_len + 1),
-                      temporaries=self.fw_copies + f["root_params"] + f["layer_params"]
-                      + f["layer_flat"])
+        fw_end = dict(
+            static,
+            gradients=grads_fw,
+            activations=self.inputs
+            + self.fw_layers
+            + p * t * h
+            + 8 * s.batch_size * (s.seq_len + 1),
+            temporaries=self.fw_copies + f["root_params"] + f["layer_params"] + f["layer_flat"],
+        )
         # gathering the last layer: the previous layer's buffer is freed only after it
-        fw_gather = dict(fw_end, activations=fw_end["activations"] - kept(layers - 1),
-                         temporaries=fw_end["temporaries"] - copies(layers - 1)
-                         + f["layer_flat"])
+        fw_gather = dict(
+            fw_end,
+            activations=fw_end["activations"] - kept(layers - 1),
+            temporaries=fw_end["temporaries"] - copies(layers - 1) + f["layer_flat"],
+        )
         # lm_head's unsharded gradient, held until the root's reduction at the end
         head = (self.c if self.sharded_mixed else self.wp) * spec.vocab_size * h if full else 0
         moments = []
@@ -459,8 +574,11 @@ class _Step:
             # no reduce dtype: autograd adds each new gradient into the one kept, in place, so
             # neither lm_head's nor a layer's new gradients are held beside it
             head, new_grads, new_first_grad = 0, 0, 0
-        for k, reducing in [(k, r) for r in passes
-                            for k in sorted({0, 1, layers - 2, layers - 1} & set(range(layers)))]:
+        for k, reducing in [
+            (k, r)
+            for r in passes
+            for k in sorted({0, 1, layers - 2, layers - 1} & set(range(layers)))
+        ]:
             held = f["layer_rs"] if k and reducing else 0
             gone, gone_copies = freed(k + 1)
             # with several micro-batches every shard exists already and is added to in place
@@ -471,40 +589,70 @@ class _Step:
                 # the only micro-batch before the last starts with no gradients: the layers
                 # done so far (k of them) hold theirs, unsharded
                 shards = (k - layers) * self.gradients_full_layer
-            end = dict(static, gradients=grads_fw + shards,
-                       activations=self.inputs + max(self.rope, self.fw_layers - gone)
-                       + 2 * p * t * h,
-                       temporaries=max(0, self.bw_copies - gone_copies) + head
-                       + f["root_params"] + f["layer_params"] + new_grads + held
-                       + (f["layer_flat"] if k < layers - 1 else 0))
+            end = dict(
+                static,
+                gradients=grads_fw + shards,
+                activations=self.inputs + max(self.rope, self.fw_layers - gone) + 2 * p * t * h,
+                temporaries=max(0, self.bw_copies - gone_copies)
+                + head
+                + f["root_params"]
+                + f["layer_params"]
+                + new_grads
+                + held
+                + (f["layer_flat"] if k < layers - 1 else 0),
+            )
             # under no_sync the reduction reads the kept gradients, into which the new ones
             # have already been added (and freed)
-            reduce = dict(end, temporaries=end["temporaries"] - f["layer_params"] - held
-                          + (f["layer_rs"] if reducing else 0)
-                          - (new_grads if s.no_sync else 0))
+            reduce = dict(
+                end,
+                temporaries=end["temporaries"]
+                - f["layer_params"]
+                - held
+                + (f["layer_rs"] if reducing else 0)
+                - (new_grads if s.no_sync else 0),
+            )
             # its start: its activations still saved, its own gathered buffer not yet freed
-            start = dict(end, activations=end["activations"] + kept(layers - 1 - k),
-                         temporaries=end["temporaries"] - new_grads
-                         + (0 if k < layers - 1 else f["layer_flat"]))
+            start = dict(
+                end,
+                activations=end["activations"] + kept(layers - 1 - k),
+                temporaries=end["temporaries"]
+                - new_grads
+                + (0 if k < layers - 1 else f["layer_flat"]),
+            )
             # inside its MLP's backward (as bw_layer without FSDP): down_proj's gradient done
             moments += [start, end, reduce]
             for extra, temps in self._inside_layer(first=k == layers - 1):
-                moments.append(dict(
-                    start, activations=start["activations"] - 2 * p * t * h + extra,
-                    temporaries=start["temporaries"] + temps + new_first_grad
-                    - (0 if k < layers - 1 else f["layer_flat"])))
+                moments.append(
+                    dict(
+                        start,
+                        activations=start["activations"] - 2 * p * t * h + extra,
+                        temporaries=start["temporaries"]
+                        + temps
+                        + new_first_grad
+                        - (0 if k < layers - 1 else f["layer_flat"]),
+                    )
+                )
         layer_grads = self.gradients - (0 if accumulating else f["root_shard"])
-        root = dict(static, gradients=layer_grads, activations=self.inputs + 2 * p * t * h,
-                    temporaries=f["layer_rs"] + f["root_params"] + f["root_grads"])
-        root_reduce = dict(static, gradients=layer_grads, activations=self.inputs,
-                           temporaries=f["root_grads"] + f["root_rs"])
+        root = dict(
+            static,
+            gradients=layer_grads,
+            activations=self.inputs + 2 * p * t * h,
+            temporaries=f["layer_rs"] + f["root_params"] + f["root_grads"],
+        )
+        root_reduce = dict(
+            static,
+            gradients=layer_grads,
+            activations=self.inputs,
+            temporaries=f["root_grads"] + f["root_rs"],
+        )
         if s.no_sync:  # the last micro-batch's root: every layer reduced to its shard by then
             done = layers * unsharded_layer
             root = dict(root, gradients=layer_grads - done)
             root_reduce = dict(root_reduce, gradients=layer_grads - done)
             # an earlier micro-batch's root: every gradient kept, nothing reduced
-            moments.append(dict(root, temporaries=f["root_params"] + f["root_grads"],
-                                gradients=layer_grads))
+            moments.append(
+                dict(root, temporaries=f["root_params"] + f["root_grads"], gradients=layer_grads)
+            )
         return [fw_end, fw_gather], moments + [root, root_reduce]
 
     def assumptions(self) -> list[str]:
@@ -513,90 +661,124 @@ class _Step:
         if spec.note:
             notes.append(spec.note)
         half = "fp16" if s.precision.startswith("fp16") else "bf16"
-        sharded_mixed = (f"ZeRO-3 with {half} mixed precision as FSDP and DeepSpeed run it "
-                         f"(FSDP2: MixedPrecisionPolicy(param_dtype={half}, reduce_dtype=fp32)): "
-                         "fp32 shards of the weights, gradients and optimizer states; each layer "
-                         f"is gathered directly in {half} and freed after use, so there are no "
-                         "autocast copies; gradients are reduced in fp32.")
-        notes.append(sharded_mixed if self.sharded_mixed else {
-            "fp32": "fp32 weights, gradients, optimizer states and compute.",
-            "bf16-mixed": "fp32 weights under bf16 autocast: fp32 gradients and states, plus "
-                          "autocast's bf16 copy of each weight, kept until its backward.",
-            "fp16-mixed": "fp32 weights under fp16 autocast: fp32 gradients and states, plus "
-                          "autocast's fp16 copy of each weight (loss scaling adds nothing).",
-            "bf16": ("Pure bf16: weights, gradients and optimizer states all in bf16."
-                     if s.method == "full" else
-                     f"The frozen base model in bf16 ({'NF4 linear layers, ' if s.method == 'qlora' else ''}"
-                     f"no gradients or states); the adapters, their gradients and optimizer "
-                     f"states in {s.lora_dtype}."),
-            "bf16-master": "bf16 weights and gradients; the optimizer keeps fp32 master weights "
-                           "and fp32 states (4 + 4 + 4 bytes per parameter) and makes fp32 "
-                           "copies of the gradients at the step.",
-        }[s.precision])
-        notes.append({
-            "adamw": "torch.optim.AdamW with foreach=True (the CUDA default): 2 states per "
-                     "parameter, and one parameter-sized temporary set during the step.",
-            "adamw-fused": "torch.optim.AdamW(fused=True): 2 states per parameter, no step "
-                           "temporaries.",
-            "adamw-forloop": "torch.optim.AdamW(foreach=False): 2 states per parameter; the step "
-                             "goes one tensor at a time (two temporaries of the largest).",
-            "adamw-8bit": "bitsandbytes AdamW8bit: 2 uint8 states per parameter plus an fp32 "
-                          "absmax per 256 values; tensors under 4096 elements keep fp32 states.",
-            "paged-adamw-8bit": "bitsandbytes PagedAdamW8bit: as AdamW8bit, counted on the GPU "
-                                "(paging can move the states to CPU RAM under pressure).",
-            "sgd": "SGD without momentum: no optimizer state.",
-            "sgd-momentum": "SGD with momentum: one state per parameter.",
-            "adafactor": "transformers Adafactor: a row and a column vector per matrix (fp32), "
-                         "no first moment.",
-            "lion": "Lion: one momentum state per parameter.",
-        }[s.optimizer])
+        sharded_mixed = (
+            f"ZeRO-3 with {half} mixed precision as FSDP and DeepSpeed run it "
+            f"(FSDP2: MixedPrecisionPolicy(param_dtype={half}, reduce_dtype=fp32)): "
+            "fp32 shards of the weights, gradients and optimizer states; each layer "
+            f"is gathered directly in {half} and freed after use, so there are no "
+            "autocast copies; gradients are reduced in fp32."
+        )
+        notes.append(
+            sharded_mixed
+            if self.sharded_mixed
+            else {
+                "fp32": "fp32 weights, gradients, optimizer states and compute.",
+                "bf16-mixed": "fp32 weights under bf16 autocast: fp32 gradients and states, plus "
+                "autocast's bf16 copy of each weight, kept until its backward.",
+                "fp16-mixed": "fp32 weights under fp16 autocast: fp32 gradients and states, plus "
+                "autocast's fp16 copy of each weight (loss scaling adds nothing).",
+                "bf16": (
+                    "Pure bf16: weights, gradients and optimizer states all in bf16."
+                    if s.method == "full"
+                    else f"The frozen base model in bf16 ({'NF4 linear layers, ' if s.method == 'qlora' else ''}"
+                    f"no gradients or states); the adapters, their gradients and optimizer "
+                    f"states in {s.lora_dtype}."
+                ),
+                "bf16-master": "bf16 weights and gradients; the optimizer keeps fp32 master weights "
+                "and fp32 states (4 + 4 + 4 bytes per parameter) and makes fp32 "
+                "copies of the gradients at the step.",
+            }[s.precision]
+        )
+        notes.append(
+            {
+                "adamw": "torch.optim.AdamW with foreach=True (the CUDA default): 2 states per "
+                "parameter, and one parameter-sized temporary set during the step.",
+                "adamw-fused": "torch.optim.AdamW(fused=True): 2 states per parameter, no step "
+                "temporaries.",
+                "adamw-forloop": "torch.optim.AdamW(foreach=False): 2 states per parameter; the step "
+                "goes one tensor at a time (two temporaries of the largest).",
+                "adamw-8bit": "bitsandbytes AdamW8bit: 2 uint8 states per parameter plus an fp32 "
+                "absmax per 256 values; tensors under 4096 elements keep fp32 states.",
+                "paged-adamw-8bit": "bitsandbytes PagedAdamW8bit: as AdamW8bit, counted on the GPU "
+                "(paging can move the states to CPU RAM under pressure).",
+                "sgd": "SGD without momentum: no optimizer state.",
+                "sgd-momentum": "SGD with momentum: one state per parameter.",
+                "adafactor": "transformers Adafactor: a row and a column vector per matrix (fp32), "
+                "no first moment.",
+                "lion": "Lion: one momentum state per parameter.",
+            }[s.optimizer]
+        )
         if s.method != "full":
-            targets = s.lora_targets if isinstance(s.lora_targets, str) else ", ".join(s.lora_targets)
-            notes.append(f"LoRA rank {s.lora_rank} on {targets}: "
-                         f"{self.trainable_params:,} trainable parameters in {s.lora_dtype} "
-                         "(peft keeps adapters in fp32 by default); the base model is frozen.")
+            targets = (
+                s.lora_targets if isinstance(s.lora_targets, str) else ", ".join(s.lora_targets)
+            )
+            notes.append(
+                f"LoRA rank {s.lora_rank} on {targets}: "
+                f"{self.trainable_params:,} trainable parameters in {s.lora_dtype} "
+                "(peft keeps adapters in fp32 by default); the base model is frozen."
+            )
             if spec.lora_default_note(s.lora_targets):
                 notes.append(spec.lora_default_note(s.lora_targets))
         if s.method != "full" and s.lora_dropout:
-            notes.append(f"LoRA dropout {s.lora_dropout:g} (peft): each adapter keeps its own "
-                         "dropped-out copy of its input and, where the input needs a gradient, "
-                         "the dropout's mask (1 byte per element on CUDA, the input's dtype on "
-                         "CPU).")
+            notes.append(
+                f"LoRA dropout {s.lora_dropout:g} (peft): each adapter keeps its own "
+                "dropped-out copy of its input and, where the input needs a gradient, "
+                "the dropout's mask (1 byte per element on CUDA, the input's dtype on "
+                "CPU)."
+            )
         if s.method == "qlora":
-            dq = ("double quantization (a uint8 absmax per 64 values and an fp32 constant per "
-                  "256 blocks)" if s.double_quant else "an fp32 absmax per 64 values")
-            notes.append("QLoRA: the decoder's linear weights in NF4, 0.5 bytes per parameter "
-                         f"with {dq}; embeddings, norms and lm_head stay in "
-                         f"{'fp32' if self.p == 4 else 'bf16'}. Each layer's weight is "
-                         "dequantized into a 16-bit temporary in forward and again in backward; "
-                         "its output comes back in its input's dtype.")
+            dq = (
+                "double quantization (a uint8 absmax per 64 values and an fp32 constant per "
+                "256 blocks)"
+                if s.double_quant
+                else "an fp32 absmax per 64 values"
+            )
+            notes.append(
+                "QLoRA: the decoder's linear weights in NF4, 0.5 bytes per parameter "
+                f"with {dq}; embeddings, norms and lm_head stay in "
+                f"{'fp32' if self.p == 4 else 'bf16'}. Each layer's weight is "
+                "dequantized into a 16-bit temporary in forward and again in backward; "
+                "its output comes back in its input's dtype."
+            )
             notes.append(
                 "bitsandbytes 0.43.2 or later (measured with 0.50.2): a 4-bit layer keeps only "
-                "its packed weight for backward." if s.bitsandbytes == "current" else
-                "bitsandbytes before 0.43.2 (e.g. 0.41.1, 2023): each 4-bit layer also keeps its "
+                "its packed weight for backward."
+                if s.bitsandbytes == "current"
+                else "bitsandbytes before 0.43.2 (e.g. 0.41.1, 2023): each 4-bit layer also keeps its "
                 "input for backward, on the autograd context, so gradient checkpointing does "
-                "not free it (fixed by bitsandbytes PR #1270, released in 0.43.2).")
-        attn = {"sdpa": "SDPA attention (flash / memory-efficient kernels): no seq x seq matrix "
-                        "is kept.",
-                "flash": "FlashAttention: no seq x seq matrix is kept.",
-                "eager": "Eager attention: the seq x seq scores and probabilities are kept for "
-                         "every head (fp32 softmax)."}[s.attention]
+                "not free it (fixed by bitsandbytes PR #1270, released in 0.43.2)."
+            )
+        attn = {
+            "sdpa": "SDPA attention (flash / memory-efficient kernels): no seq x seq matrix "
+            "is kept.",
+            "flash": "FlashAttention: no seq x seq matrix is kept.",
+            "eager": "Eager attention: the seq x seq scores and probabilities are kept for "
+            "every head (fp32 softmax).",
+        }[s.attention]
         notes.append(attn)
         if spec.family == "gpt2":
-            notes.append("GPT-2's dropout (0.1, transformers' default) is on: each dropout keeps "
-                         "a mask" + (" in its input's dtype, and SDPA takes the math path "
-                                     "(CPU kernels)." if s.device == "cpu" else " of 1 byte "
-                                     "per element."))
+            notes.append(
+                "GPT-2's dropout (0.1, transformers' default) is on: each dropout keeps "
+                "a mask"
+                + (
+                    " in its input's dtype, and SDPA takes the math path (CPU kernels)."
+                    if s.device == "cpu"
+                    else " of 1 byte per element."
+                )
+            )
         if s.gradient_checkpointing:
-            notes.append("Gradient checkpointing: each layer keeps only its input; one layer's "
-                         "activations are recomputed at a time in backward.")
+            notes.append(
+                "Gradient checkpointing: each layer keeps only its input; one layer's "
+                "activations are recomputed at a time in backward."
+            )
         if s.optimizer_in_backward:
             notes.append(
                 "Optimizer step in backward (torchtune's optimizer_in_bwd, PyTorch's "
                 "register_post_accumulate_grad_hook tutorial): each parameter has its own "
                 "optimizer, stepped as soon as its gradient is made, which is then freed: one "
                 "tensor's gradient and step temporaries at a time, none kept after backward. "
-                "It rules out gradient accumulation and clipping by the global gradient norm.")
+                "It rules out gradient accumulation and clipping by the global gradient norm."
+            )
         if s.activation_offload:
             link = pcie_link()
             seconds = 2 * self.offloaded * s.gradient_accumulation / (link["bandwidth_gbs"] * 1e9)
@@ -609,10 +791,13 @@ class _Step:
                 "the forward ends. The cost is time: that much crosses PCIe twice per "
                 f"micro-batch, {seconds * 1e3:,.0f} ms per step at {link['name']}'s "
                 f"{link['bandwidth_gbs']:g} GB/s ({link['source']}), partly hidden behind "
-                "compute when the host memory is pinned.")
+                "compute when the host memory is pinned."
+            )
         if s.gradient_accumulation > 1:
-            notes.append(f"{s.gradient_accumulation} micro-batches: activations are those of "
-                         "one micro-batch, but gradients stay allocated between them.")
+            notes.append(
+                f"{s.gradient_accumulation} micro-batches: activations are those of "
+                "one micro-batch, but gradients stay allocated between them."
+            )
         logits = 4 * s.batch_size * s.seq_len * spec.vocab_size
         if s.loss == "chunked":
             notes.append(
@@ -620,45 +805,55 @@ class _Step:
                 "CEWithChunkedOutputLoss): lm_head runs on each chunk of the sequence and each "
                 "chunk's logits are upcast to fp32 in turn, so the full fp32 copy "
                 f"({logits / GiB:.2f} GiB for a vocabulary of {spec.vocab_size:,}) never exists; "
-                "the log-softmax of every chunk is still kept for backward.")
+                "the log-softmax of every chunk is still kept for backward."
+            )
         else:
-            notes.append(f"Logits: the loss upcasts the logits to fp32 and keeps the "
-                         f"log-softmax ({logits / GiB:.2f} GiB for a vocabulary of "
-                         f"{spec.vocab_size:,}); their gradients appear at the start of "
-                         "backward.")
+            notes.append(
+                f"Logits: the loss upcasts the logits to fp32 and keeps the "
+                f"log-softmax ({logits / GiB:.2f} GiB for a vocabulary of "
+                f"{spec.vocab_size:,}); their gradients appear at the start of "
+                "backward."
+            )
         if s.n_gpus > 1 or s.zero_stage:
-            kind = {0: "DDP: everything replicated, plus gradient buckets as large as the "
-                       "gradients",
-                    1: "ZeRO-1: optimizer states sharded",
-                    2: "ZeRO-2: optimizer states and gradients sharded",
-                    3: "ZeRO-3 (FSDP, one unit per decoder layer): parameters, gradients and "
-                       "states sharded; the embeddings, final norm and lm_head stay gathered "
-                       "through forward and backward; one decoder layer's parameters are "
-                       "gathered at a time, beside the next layer's all-gather buffer "
-                       "(prefetched); in backward, add that layer's unsharded gradients and one "
-                       "reduce-scatter buffer (the previous layer's, then its own): at most "
-                       "four layer-sized buffers at once, beside lm_head's unsharded gradient "
-                       "(held until the root's reduction); with several micro-batches the "
-                       "gradient shards exist from the first and are added to in place"
-                    }[s.zero_stage]
+            kind = {
+                0: "DDP: everything replicated, plus gradient buckets as large as the gradients",
+                1: "ZeRO-1: optimizer states sharded",
+                2: "ZeRO-2: optimizer states and gradients sharded",
+                3: "ZeRO-3 (FSDP, one unit per decoder layer): parameters, gradients and "
+                "states sharded; the embeddings, final norm and lm_head stay gathered "
+                "through forward and backward; one decoder layer's parameters are "
+                "gathered at a time, beside the next layer's all-gather buffer "
+                "(prefetched); in backward, add that layer's unsharded gradients and one "
+                "reduce-scatter buffer (the previous layer's, then its own): at most "
+                "four layer-sized buffers at once, beside lm_head's unsharded gradient "
+                "(held until the root's reduction); with several micro-batches the "
+                "gradient shards exist from the first and are added to in place",
+            }[s.zero_stage]
             notes.append(f"{s.n_gpus} GPUs, {kind}; figures are per GPU.")
         if s.no_sync:
             notes.append(
                 "no_sync: gradients are reduced on the last micro-batch only (FSDP2's "
                 "set_requires_gradient_sync(False), what the Trainer does under FSDP), so "
-                + ("each GPU accumulates full, unsharded gradients "
-                   f"({self.gradients / GiB:.2f} GiB) in place of its shard."
-                   if s.zero_stage == 3 else
-                   "only the communication is skipped: the gradients are full-size anyway."))
+                + (
+                    "each GPU accumulates full, unsharded gradients "
+                    f"({self.gradients / GiB:.2f} GiB) in place of its shard."
+                    if s.zero_stage == 3
+                    else "only the communication is skipped: the gradients are full-size anyway."
+                )
+            )
         if s.offload_optimizer:
-            notes.append("Optimizer states offloaded to CPU RAM: 0 on the GPU (the CPU needs "
-                         f"{self.offload_bytes / GiB:.1f} GiB for them and the step).")
+            notes.append(
+                "Optimizer states offloaded to CPU RAM: 0 on the GPU (the CPU needs "
+                f"{self.offload_bytes / GiB:.1f} GiB for them and the step)."
+            )
         if s.device == "cuda":
             const = cuda_constants()
             ratio = const["allocator_margin_ratio"] - 1
-            notes.append(f"CUDA context {const['cuda_context_bytes'] / GiB:.2f} GiB and an "
-                         f"allocator margin of {ratio:.0%} of the tensor peak "
-                         f"(source: {const['source']}; as of {const['as_of']}).")
+            notes.append(
+                f"CUDA context {const['cuda_context_bytes'] / GiB:.2f} GiB and an "
+                f"allocator margin of {ratio:.0%} of the tensor peak "
+                f"(source: {const['source']}; as of {const['as_of']})."
+            )
         else:
             notes.append("device='cpu': no CUDA context and no allocator margin.")
         return notes
@@ -674,13 +869,23 @@ class _Step:
             breakdown["allocator_margin"] = int(tensors * (const["allocator_margin_ratio"] - 1))
         settings = self.s.as_dict()
         settings["estimated"] = {  # with the step in backward no gradient is kept
-            "weight_bytes": self.weights, "gradient_bytes": 0 if self.oib else self.gradients,
-            "optimizer_bytes": self.optimizer, "trainable_parameters": self.trainable_params}
+            "weight_bytes": self.weights,
+            "gradient_bytes": 0 if self.oib else self.gradients,
+            "optimizer_bytes": self.optimizer,
+            "trainable_parameters": self.trainable_params,
+        }
         if self.s.activation_offload:
             settings["estimated"]["offloaded_bytes"] = self.offloaded
-        return MemoryReport(model=self.spec, settings=settings, breakdown=breakdown,
-                            peak_phase=phase, phase_peaks=peaks, assumptions=self.assumptions(),
-                            source="estimate", timeline_source=self.timeline)
+        return MemoryReport(
+            model=self.spec,
+            settings=settings,
+            breakdown=breakdown,
+            peak_phase=phase,
+            phase_peaks=peaks,
+            assumptions=self.assumptions(),
+            source="estimate",
+            timeline_source=self.timeline,
+        )
 
     def timeline(self) -> Any:
         """The step's moments in time order (memory/timeline.py), made when first asked for."""

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..errors import LessonkitError
 from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
@@ -43,33 +44,65 @@ from .settings import MAX_ACCUMULATION, RunSettings, validate_run
 MAX_MEASURED_MICRO_BATCHES = 64  # measure runs each one; estimate() takes up to MAX_ACCUMULATION
 
 
-def measure(model: Any, *, method: str = "full", precision: str = "bf16-mixed",
-            optimizer: str = "adamw", batch_size: int = 1, seq_len: int = 512,
-            gradient_checkpointing: bool = False, lora_rank: int = 16,
-            lora_targets: tuple[str, ...] | str = DEFAULT_LORA_TARGETS, n_gpus: int = 1,
-            zero_stage: int = 0, attention: str = "sdpa", offload_optimizer: bool = False,
-            double_quant: bool = True, lora_dtype: str = "fp32", gradient_accumulation: int = 1,
-            device: str = "cpu", lora_dropout: float = 0.0,
-            bitsandbytes: str = "current", activation_offload: bool = False,
-            optimizer_in_backward: bool = False, loss: str = "standard",
-            loss_chunks: int = 8, no_sync: bool = False) -> MemoryReport:
+def measure(
+    model: Any,
+    *,
+    method: str = "full",
+    precision: str = "bf16-mixed",
+    optimizer: str = "adamw",
+    batch_size: int = 1,
+    seq_len: int = 512,
+    gradient_checkpointing: bool = False,
+    lora_rank: int = 16,
+    lora_targets: tuple[str, ...] | str = DEFAULT_LORA_TARGETS,
+    n_gpus: int = 1,
+    zero_stage: int = 0,
+    attention: str = "sdpa",
+    offload_optimizer: bool = False,
+    double_quant: bool = True,
+    lora_dtype: str = "fp32",
+    gradient_accumulation: int = 1,
+    device: str = "cpu",
+    lora_dropout: float = 0.0,
+    bitsandbytes: str = "current",
+    activation_offload: bool = False,
+    optimizer_in_backward: bool = False,
+    loss: str = "standard",
+    loss_chunks: int = 8,
+    no_sync: bool = False,
+) -> MemoryReport:
     """Measure the peak memory per GPU of one training step of ``model`` (see the module doc).
 
     Takes the same keyword arguments as ``estimate``; ``device="cpu"`` measures under
     FakeTensorMode (no memory is used), ``device="cuda"`` runs the step on the GPU.
     """
     spec = resolve_model(model)
-    settings = validate(spec, method=method, precision=precision, optimizer=optimizer,
-                        batch_size=batch_size, seq_len=seq_len,
-                        gradient_checkpointing=gradient_checkpointing, lora_rank=lora_rank,
-                        lora_targets=lora_targets, n_gpus=n_gpus, zero_stage=zero_stage,
-                        attention=attention, offload_optimizer=offload_optimizer,
-                        double_quant=double_quant, lora_dtype=lora_dtype,
-                        gradient_accumulation=gradient_accumulation, device=device,
-                        lora_dropout=lora_dropout, bitsandbytes=bitsandbytes,
-                        activation_offload=activation_offload,
-                        optimizer_in_backward=optimizer_in_backward, loss=loss,
-                        loss_chunks=loss_chunks, no_sync=no_sync)
+    settings = validate(
+        spec,
+        method=method,
+        precision=precision,
+        optimizer=optimizer,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        gradient_checkpointing=gradient_checkpointing,
+        lora_rank=lora_rank,
+        lora_targets=lora_targets,
+        n_gpus=n_gpus,
+        zero_stage=zero_stage,
+        attention=attention,
+        offload_optimizer=offload_optimizer,
+        double_quant=double_quant,
+        lora_dtype=lora_dtype,
+        gradient_accumulation=gradient_accumulation,
+        device=device,
+        lora_dropout=lora_dropout,
+        bitsandbytes=bitsandbytes,
+        activation_offload=activation_offload,
+        optimizer_in_backward=optimizer_in_backward,
+        loss=loss,
+        loss_chunks=loss_chunks,
+        no_sync=no_sync,
+    )
     _require_torch()
     if settings.device == "cuda":
         return measure_cuda(spec, settings)
@@ -83,11 +116,14 @@ def validate(spec: ModelSpec, **kw: Any) -> RunSettings:
         raise LessonkitError(
             f"measure runs every micro-batch, so it takes at most {MAX_MEASURED_MICRO_BATCHES} "
             f"(gradient_accumulation={s.gradient_accumulation}); the memory does not change "
-            f"after the second, and estimate() takes up to {MAX_ACCUMULATION:,}.")
+            f"after the second, and estimate() takes up to {MAX_ACCUMULATION:,}."
+        )
     if s.method == "qlora" and s.n_gpus > 1 and s.zero_stage > 0:
-        raise LessonkitError("measure cannot shard a QLoRA model across GPUs (its 4-bit "
-                             "weights are a CPU stand-in); use zero_stage=0 or one GPU. "
-                             "estimate() takes ZeRO-1/2 with QLoRA.")
+        raise LessonkitError(
+            "measure cannot shard a QLoRA model across GPUs (its 4-bit "
+            "weights are a CPU stand-in); use zero_stage=0 or one GPU. "
+            "estimate() takes ZeRO-1/2 with QLoRA."
+        )
     return s
 
 
@@ -96,8 +132,9 @@ def _require_torch() -> None:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError:
-        raise LessonkitError("measure needs torch and transformers: "
-                             "pip install 'lessonkit[measure]'.") from None
+        raise LessonkitError(
+            "measure needs torch and transformers: pip install 'lessonkit[measure]'."
+        ) from None
 
 
 # ----- building the model and the optimizer ------------------------------------------------
@@ -124,12 +161,14 @@ def build_model(spec: ModelSpec, settings: RunSettings, device: str) -> Any:
     with torch.device(device):
         try:
             model = transformers.AutoModelForCausalLM.from_config(
-                spec.to_hf_config(), attn_implementation=attn, dtype=weight_dtype)
+                spec.to_hf_config(), attn_implementation=attn, dtype=weight_dtype
+            )
         except ValueError as err:  # e.g. Gemma-2 runs with eager attention only
             if "attention implementation" not in str(err):
                 raise
             model = transformers.AutoModelForCausalLM.from_config(
-                spec.to_hf_config(), attn_implementation="eager", dtype=weight_dtype)
+                spec.to_hf_config(), attn_implementation="eager", dtype=weight_dtype
+            )
     if getattr(model, "loss_type", "") is None:
         # GPT-2's class name matches no entry of transformers' loss table, which then warns at
         # every step before using the causal-LM loss anyway: name that loss up front.
@@ -138,10 +177,13 @@ def build_model(spec: ModelSpec, settings: RunSettings, device: str) -> Any:
         import peft
 
         targets = settings.lora_targets
-        lora = peft.LoraConfig(r=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
-                               lora_dropout=settings.lora_dropout, task_type="CAUSAL_LM",
-                               target_modules=(targets if isinstance(targets, str)
-                                               else list(targets)))
+        lora = peft.LoraConfig(
+            r=settings.lora_rank,
+            lora_alpha=2 * settings.lora_rank,
+            lora_dropout=settings.lora_dropout,
+            task_type="CAUSAL_LM",
+            target_modules=(targets if isinstance(targets, str) else list(targets)),
+        )
         with warnings.catch_warnings():  # deprecations inside peft; GPT-2's Conv1D notice
             warnings.simplefilter("ignore", FutureWarning)
             warnings.simplefilter("ignore", UserWarning)
@@ -153,8 +195,7 @@ def build_model(spec: ModelSpec, settings: RunSettings, device: str) -> Any:
         if settings.method == "qlora" and not (device == "meta" and real_bitsandbytes()):
             from .standins import quantize_linears
 
-            quantize_linears(model, compute_dtype, settings.double_quant,
-                             real=device != "meta")
+            quantize_linears(model, compute_dtype, settings.double_quant, real=device != "meta")
     model.train()
     return model
 
@@ -199,8 +240,9 @@ def unpacked_sequences() -> Iterator[None]:
 
 
 # ----- one tracked training step -------------------------------------------------------------
-def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
-             device: str = "cpu") -> tuple[MemoryReport, Any]:
+def run_step(
+    spec: ModelSpec, settings: RunSettings, *, fake: bool = True, device: str = "cpu"
+) -> tuple[MemoryReport, Any]:
     """Build the model, warm the optimizer up, and track one training step.
 
     ``fake=False`` allocates everything for real on ``device`` (for checking the fake run on
@@ -209,16 +251,32 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .tracking import (Tracker, fsdp_buffers_are_temporaries, offloaded_activations,
-                            storage_keys, tensor_bytes)
     from .real_bitsandbytes import prepare_fake_bitsandbytes, quant_state_tensors
-    from .standins import (Parallel, fake_process_group, legacy_bnb_saves_input,
-                            make_optimizer, off_device_tensors, quantize_linears, state_tensors)
+    from .standins import (
+        Parallel,
+        fake_process_group,
+        legacy_bnb_saves_input,
+        make_optimizer,
+        off_device_tensors,
+        quantize_linears,
+        state_tensors,
+    )
+    from .tracking import (
+        Tracker,
+        fsdp_buffers_are_temporaries,
+        offloaded_activations,
+        storage_keys,
+        tensor_bytes,
+    )
 
     _, compute_dtype = dtypes(settings)
     # ZeRO-3 with a "-mixed" precision is FSDP's mixed precision, not autocast
-    parallel = Parallel(settings.n_gpus, settings.zero_stage, settings.offload_optimizer,
-                        param_dtype=compute_dtype if settings.sharded_mixed else None)
+    parallel = Parallel(
+        settings.n_gpus,
+        settings.zero_stage,
+        settings.offload_optimizer,
+        param_dtype=compute_dtype if settings.sharded_mixed else None,
+    )
     with contextlib.ExitStack() as stack:
         stack.enter_context(unpacked_sequences())
         if settings.zero_stage == 3:
@@ -233,8 +291,7 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
             stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
             model.to_empty(device="cpu")
             if settings.method == "qlora" and real_bnb:
-                quantize_linears(model, compute_dtype, settings.double_quant, real=True,
-                                 fake=True)
+                quantize_linears(model, compute_dtype, settings.double_quant, real=True, fake=True)
         else:
             torch.manual_seed(0)
             model = build_model(spec, settings, device)
@@ -242,10 +299,14 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
         model = parallel.prepare(model)
         params = [p for p in model.parameters() if p.requires_grad]
         # the optimizer step in backward: one optimizer per parameter (see step_in_backward)
-        optimizers = [make_optimizer(group, settings.optimizer, settings.precision,
-                                     on_gpu=device == "cuda")
-                      for group in ([[p] for p in params] if settings.optimizer_in_backward
-                                    else [parallel.optimizer_params(params)])]
+        optimizers = [
+            make_optimizer(group, settings.optimizer, settings.precision, on_gpu=device == "cuda")
+            for group in (
+                [[p] for p in params]
+                if settings.optimizer_in_backward
+                else [parallel.optimizer_params(params)]
+            )
+        ]
         for optimizer in optimizers:  # warm-up: a step on zero gradients makes the states
             for group in optimizer.param_groups:
                 for p in group["params"]:
@@ -253,16 +314,18 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-        ids = torch.randint(0, spec.vocab_size, (settings.batch_size, settings.seq_len),
-                            device=device)
+        ids = torch.randint(
+            0, spec.vocab_size, (settings.batch_size, settings.seq_len), device=device
+        )
         weights = list(model.parameters()) + list(model.buffers()) + quant_state_tensors(model)
         tracker = Tracker()
         tracker.ignored = storage_keys([t for o in optimizers for t in off_device_tensors(o)])
         for t in weights:
             tracker.add(t)
         tracker.weight_keys = set(tracker.live)
-        states = [] if settings.offload_optimizer else [
-            t for o in optimizers for t in state_tensors(o)]
+        states = (
+            [] if settings.offload_optimizer else [t for o in optimizers for t in state_tensors(o)]
+        )
         if settings.optimizer_in_backward:
             stack.enter_context(step_in_backward(dict(zip(params, optimizers)), tracker))
         for t in states + parallel.gradient_tensors():
@@ -270,13 +333,17 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
         tracker.add(ids, phase="forward")
         autocast = settings.mixed and not settings.sharded_mixed
         stack.enter_context(fsdp_buffers_are_temporaries(settings.zero_stage == 3))
-        stack.enter_context(legacy_bnb_saves_input(
-            settings.method == "qlora" and settings.bitsandbytes == "before-0.43.2"))
+        stack.enter_context(
+            legacy_bnb_saves_input(
+                settings.method == "qlora" and settings.bitsandbytes == "before-0.43.2"
+            )
+        )
         if device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        stack.enter_context(offloaded_activations(settings.activation_offload,
-                                                  simulate=device != "cuda"))
+        stack.enter_context(
+            offloaded_activations(settings.activation_offload, simulate=device != "cuda")
+        )
         unsynced_bytes = 0  # the gradients kept unreduced between micro-batches (no_sync)
         with tracker:
             for micro_batch in range(settings.gradient_accumulation):
@@ -298,7 +365,7 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
                     kept = parallel.unsynced_gradients(model)
                     unsynced_bytes = tensor_bytes(kept)
                     for key in storage_keys(kept):  # gradients while they live (the last
-                        if key in tracker.live:     # micro-batch frees them)
+                        if key in tracker.live:  # micro-batch frees them)
                             tracker.live[key].label = "gradients"
                     del kept
             tracker.set_phase("optimizer")
@@ -312,8 +379,11 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
             torch.cuda.synchronize()
 
         grads = [p.grad for p in params if p.grad is not None] + parallel.gradient_tensors()
-        groups = {"weights": storage_keys(weights), "gradients": storage_keys(grads),
-                  "optimizer": storage_keys(states)}
+        groups = {
+            "weights": storage_keys(weights),
+            "gradients": storage_keys(grads),
+            "optimizer": storage_keys(states),
+        }
         occurrences, peak_event = tracker.peaks()
         breakdown = tracker.composition(peak_event, groups, spec.vocab_size)
         from .timeline import from_moments
@@ -340,14 +410,16 @@ def run_step(spec: ModelSpec, settings: RunSettings, *, fake: bool = True,
         measured["micro_batch_forward_peaks"] = [lv for ph, lv in occurrences if ph == "forward"]
     how = "under FakeTensorMode on CPU" if fake else f"with real tensors on {device.upper()}"
     report = MemoryReport(
-        model=spec, settings=settings.as_dict() | {"measured": measured}, breakdown=breakdown,
-        peak_phase=peak_phase, phase_peaks=phase_peaks,
+        model=spec,
+        settings=settings.as_dict() | {"measured": measured},
+        breakdown=breakdown,
+        peak_phase=peak_phase,
+        phase_peaks=phase_peaks,
         assumptions=assumptions(spec, settings, measured),
         source=f"measured: one training step {how} (torch {torch.__version__})",
-        timeline_source=timeline)
+        timeline_source=timeline,
+    )
     return report, tracker
-
-
 
 
 def chunked_loss(model: Any, ids: Any, chunks: int) -> Any:
@@ -417,20 +489,26 @@ def measure_cuda(spec: ModelSpec, settings: RunSettings) -> MemoryReport:
     import torch
 
     if not torch.cuda.is_available():
-        raise LessonkitError("device='cuda' needs a CUDA GPU, and torch.cuda.is_available() is "
-                             "False here. Use device='cpu' to measure under FakeTensorMode.")
+        raise LessonkitError(
+            "device='cuda' needs a CUDA GPU, and torch.cuda.is_available() is "
+            "False here. Use device='cpu' to measure under FakeTensorMode."
+        )
     if settings.n_gpus > 1 or settings.zero_stage > 0:
-        raise LessonkitError("On a GPU measure runs on one GPU; simulate several GPUs and ZeRO "
-                             "with device='cpu'.")
+        raise LessonkitError(
+            "On a GPU measure runs on one GPU; simulate several GPUs and ZeRO with device='cpu'."
+        )
     torch.cuda.empty_cache()
     report, _ = run_step(spec, settings, fake=False, device="cuda")
     torch.cuda.synchronize()
     free, total = torch.cuda.mem_get_info()
     reserved_now = torch.cuda.memory_reserved()
-    cuda = {"max_memory_allocated": torch.cuda.max_memory_allocated(),
-            "max_memory_reserved": torch.cuda.max_memory_reserved(),
-            "driver_used_bytes": total - free, "device_total_bytes": total,
-            "device_name": torch.cuda.get_device_name()}
+    cuda = {
+        "max_memory_allocated": torch.cuda.max_memory_allocated(),
+        "max_memory_reserved": torch.cuda.max_memory_reserved(),
+        "driver_used_bytes": total - free,
+        "device_total_bytes": total,
+        "device_name": torch.cuda.get_device_name(),
+    }
     tracked = report.tensor_bytes
     report.breakdown["allocator_margin"] = max(0, cuda["max_memory_reserved"] - tracked)
     report.breakdown["cuda_context"] = max(0, cuda["driver_used_bytes"] - reserved_now)
@@ -439,7 +517,8 @@ def measure_cuda(spec: ModelSpec, settings: RunSettings) -> MemoryReport:
         f"On {cuda['device_name']}: max_memory_allocated {cuda['max_memory_allocated'] / 2**30:.3f}"
         f" GiB, max_memory_reserved {cuda['max_memory_reserved'] / 2**30:.3f} GiB, tracked "
         f"tensors {tracked / 2**30:.3f} GiB; the CUDA context is what the driver reports in use "
-        f"beyond the allocator's reserve (other processes on the GPU included).")
+        f"beyond the allocator's reserve (other processes on the GPU included)."
+    )
     return report
 
 
@@ -461,66 +540,92 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
     """What the measurement did, in words, for the report."""
     s = settings
     real_bnb = real_bitsandbytes()
-    notes = ["Steady state: the optimizer states exist from a previous step; gradients are "
-             "set to None between steps (zero_grad(set_to_none=True))."]
+    notes = [
+        "Steady state: the optimizer states exist from a previous step; gradients are "
+        "set to None between steps (zero_grad(set_to_none=True))."
+    ]
     half = "fp16" if s.precision.startswith("fp16") else "bf16"
     notes.append(
         f"FSDP2 mixed precision, MixedPrecisionPolicy(param_dtype={half}, reduce_dtype=fp32), "
         f"without autocast: fp32 shards of the weights, gradients and optimizer states; each "
         f"layer is gathered in {half}; gradients are reduced in fp32."
-        if s.sharded_mixed else {
-        "fp32": "fp32 weights, gradients and optimizer states.",
-        "bf16-mixed": "fp32 weights under bf16 autocast; autocast's bf16 weight copies are "
-                      "counted as temporaries.",
-        "fp16-mixed": "fp32 weights under fp16 autocast; autocast's fp16 weight copies are "
-                      "counted as temporaries (no loss scaler).",
-        "bf16": ("Pure bf16: weights, gradients and optimizer states in bf16."
-                 if s.method == "full" else
-                 f"The frozen base model in bf16; the adapters, their gradients and optimizer "
-                 f"states in {s.lora_dtype}."),
-        "bf16-master": "bf16 weights and gradients; the optimizer keeps fp32 master weights "
-                       "and fp32 AdamW states and makes fp32 copies of the gradients at the step.",
-        }[s.precision])
-    notes.append({
-        "adamw": "torch.optim.AdamW(foreach=True), the default on CUDA.",
-        "adamw-fused": "torch.optim.AdamW(fused=True): no step temporaries.",
-        "adamw-forloop": "torch.optim.AdamW(foreach=False): one parameter at a time.",
-        "adamw-8bit": "CPU stand-in for bitsandbytes AdamW8bit with its state layout: uint8 "
-                      "state1/state2, an fp32 absmax per 256 values, fp32 states under 4096 "
-                      "elements.",
-        "paged-adamw-8bit": "CPU stand-in for bitsandbytes PagedAdamW8bit (same layout as "
-                            "AdamW8bit; paged states are counted on the GPU, not evicted).",
-        "sgd": "torch.optim.SGD(foreach=True), no state.",
-        "sgd-momentum": "torch.optim.SGD(momentum=0.9, foreach=True): one momentum buffer.",
-        "adafactor": "transformers Adafactor (factored second moment, no first moment, "
-                     "relative_step=False).",
-        "lion": "Lion: one momentum buffer, one parameter at a time.",
-    }[s.optimizer])
+        if s.sharded_mixed
+        else {
+            "fp32": "fp32 weights, gradients and optimizer states.",
+            "bf16-mixed": "fp32 weights under bf16 autocast; autocast's bf16 weight copies are "
+            "counted as temporaries.",
+            "fp16-mixed": "fp32 weights under fp16 autocast; autocast's fp16 weight copies are "
+            "counted as temporaries (no loss scaler).",
+            "bf16": (
+                "Pure bf16: weights, gradients and optimizer states in bf16."
+                if s.method == "full"
+                else f"The frozen base model in bf16; the adapters, their gradients and optimizer "
+                f"states in {s.lora_dtype}."
+            ),
+            "bf16-master": "bf16 weights and gradients; the optimizer keeps fp32 master weights "
+            "and fp32 AdamW states and makes fp32 copies of the gradients at the step.",
+        }[s.precision]
+    )
+    notes.append(
+        {
+            "adamw": "torch.optim.AdamW(foreach=True), the default on CUDA.",
+            "adamw-fused": "torch.optim.AdamW(fused=True): no step temporaries.",
+            "adamw-forloop": "torch.optim.AdamW(foreach=False): one parameter at a time.",
+            "adamw-8bit": "CPU stand-in for bitsandbytes AdamW8bit with its state layout: uint8 "
+            "state1/state2, an fp32 absmax per 256 values, fp32 states under 4096 "
+            "elements.",
+            "paged-adamw-8bit": "CPU stand-in for bitsandbytes PagedAdamW8bit (same layout as "
+            "AdamW8bit; paged states are counted on the GPU, not evicted).",
+            "sgd": "torch.optim.SGD(foreach=True), no state.",
+            "sgd-momentum": "torch.optim.SGD(momentum=0.9, foreach=True): one momentum buffer.",
+            "adafactor": "transformers Adafactor (factored second moment, no first moment, "
+            "relative_step=False).",
+            "lion": "Lion: one momentum buffer, one parameter at a time.",
+        }[s.optimizer]
+    )
     if real_bnb and s.optimizer.endswith("8bit"):
         paged = s.optimizer.startswith("paged")
         notes[-1] = f"bitsandbytes {'PagedAdamW8bit' if paged else 'AdamW8bit'}."
     if s.n_gpus > 1 or s.zero_stage:
-        notes.append(_PARALLEL_NOTES[min(s.zero_stage, 3)].format(n=s.n_gpus)
-                     + (" The optimizer states and step live in CPU memory (offload)."
-                        if s.offload_optimizer else ""))
+        notes.append(
+            _PARALLEL_NOTES[min(s.zero_stage, 3)].format(n=s.n_gpus)
+            + (
+                " The optimizer states and step live in CPU memory (offload)."
+                if s.offload_optimizer
+                else ""
+            )
+        )
     if s.no_sync:
-        notes.append("no_sync: every micro-batch but the last runs without reducing gradients "
-                     + ("(FSDP2's set_requires_gradient_sync(False)); the unsharded gradients "
-                        "each GPU accumulates count as gradients."
-                        if s.zero_stage == 3 else "(nothing to simulate on one rank)."))
+        notes.append(
+            "no_sync: every micro-batch but the last runs without reducing gradients "
+            + (
+                "(FSDP2's set_requires_gradient_sync(False)); the unsharded gradients "
+                "each GPU accumulates count as gradients."
+                if s.zero_stage == 3
+                else "(nothing to simulate on one rank)."
+            )
+        )
     if s.attention != "eager" and measured["attention_implementation"] == "eager":
-        notes.append(f"transformers runs {spec.family} with eager attention only: measured "
-                     f"with eager attention (the attention matrix is kept).")
+        notes.append(
+            f"transformers runs {spec.family} with eager attention only: measured "
+            f"with eager attention (the attention matrix is kept)."
+        )
     elif s.attention == "flash" and s.device == "cpu":
-        notes.append("attention='flash' is measured as PyTorch SDPA on CPU (FlashAttention "
-                     "needs a GPU); neither keeps the attention matrix.")
+        notes.append(
+            "attention='flash' is measured as PyTorch SDPA on CPU (FlashAttention "
+            "needs a GPU); neither keeps the attention matrix."
+        )
     elif s.attention == "flash":
-        notes.append("attention='flash' runs as PyTorch SDPA, which picks its flash kernel "
-                     "where the GPU supports it.")
+        notes.append(
+            "attention='flash' runs as PyTorch SDPA, which picks its flash kernel "
+            "where the GPU supports it."
+        )
     if s.method != "full":
-        notes.append(f"LoRA r={s.lora_rank} on {s.lora_targets}, base frozen, adapters in "
-                     f"{'bf16' if s.lora_dtype == 'bf16' else 'fp32 (peft default)'}; "
-                     f"{measured['trainable_parameters']:,} trainable parameters.")
+        notes.append(
+            f"LoRA r={s.lora_rank} on {s.lora_targets}, base frozen, adapters in "
+            f"{'bf16' if s.lora_dtype == 'bf16' else 'fp32 (peft default)'}; "
+            f"{measured['trainable_parameters']:,} trainable parameters."
+        )
         if spec.lora_default_note(s.lora_targets):
             notes.append(spec.lora_default_note(s.lora_targets))
     if s.method != "full" and s.lora_dropout:
@@ -528,45 +633,76 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
     if s.method == "qlora" and real_bnb:
         import bitsandbytes
 
-        notes.append(f"bitsandbytes {bitsandbytes.__version__} Linear4bit (NF4"
-                     + (", double quantization" if s.double_quant else "") + ") on every "
-                     "linear layer of the decoder blocks"
-                     + (", with MatMul4Bit keeping each layer's input as releases before "
-                        "0.43.2 did." if s.bitsandbytes == "before-0.43.2" else "."))
+        notes.append(
+            f"bitsandbytes {bitsandbytes.__version__} Linear4bit (NF4"
+            + (", double quantization" if s.double_quant else "")
+            + ") on every "
+            "linear layer of the decoder blocks"
+            + (
+                ", with MatMul4Bit keeping each layer's input as releases before 0.43.2 did."
+                if s.bitsandbytes == "before-0.43.2"
+                else "."
+            )
+        )
     elif s.method == "qlora":
-        notes.append("CPU stand-in for bitsandbytes Linear4bit: NF4 weights packed two per "
-                     "byte with " + ("uint8 absmax per 64 values and an fp32 constant per 256 "
-                                     "blocks (double quantization)" if s.double_quant else
-                                     "an fp32 absmax per 64 values") +
-                     "; dequantized to the compute dtype in forward and again in backward.")
+        notes.append(
+            "CPU stand-in for bitsandbytes Linear4bit: NF4 weights packed two per "
+            "byte with "
+            + (
+                "uint8 absmax per 64 values and an fp32 constant per 256 "
+                "blocks (double quantization)"
+                if s.double_quant
+                else "an fp32 absmax per 64 values"
+            )
+            + "; dequantized to the compute dtype in forward and again in backward."
+        )
     if s.gradient_checkpointing:
         notes.append("Gradient checkpointing (use_reentrant=False) on every decoder layer.")
     if s.activation_offload:
         notes.append(
             "Activation offloading: torch.autograd.graph.save_on_cpu's two hooks around forward "
             "and backward; every tensor saved for backward is copied to host memory and back "
-            + ("(save_on_cpu(pin_memory=True) itself" if s.device == "cuda" else
-               "(on CPU the copies are made explicitly, since there save_on_cpu copies nothing; "
-               "host copies are left out of the figures")
-            + f"; host memory at its highest {measured['offloaded_peak_bytes'] / 2**30:.3f} GiB).")
+            + (
+                "(save_on_cpu(pin_memory=True) itself"
+                if s.device == "cuda"
+                else "(on CPU the copies are made explicitly, since there save_on_cpu copies nothing; "
+                "host copies are left out of the figures"
+            )
+            + f"; host memory at its highest {measured['offloaded_peak_bytes'] / 2**30:.3f} GiB)."
+        )
     if s.loss == "chunked":
-        notes.append(f"Chunked cross-entropy in {s.loss_chunks} chunks: the code of torchtune's "
-                     "CEWithChunkedOutputLoss (lm_head and the fp32 upcast chunk by chunk).")
+        notes.append(
+            f"Chunked cross-entropy in {s.loss_chunks} chunks: the code of torchtune's "
+            "CEWithChunkedOutputLoss (lm_head and the fp32 upcast chunk by chunk)."
+        )
     if s.optimizer_in_backward:
-        notes.append("Optimizer step in backward: one optimizer per parameter, stepped by its "
-                     "register_post_accumulate_grad_hook, which then frees the gradient.")
+        notes.append(
+            "Optimizer step in backward: one optimizer per parameter, stepped by its "
+            "register_post_accumulate_grad_hook, which then frees the gradient."
+        )
     if s.gradient_accumulation > 1:
         peaks = measured["micro_batch_forward_peaks"]
-        notes.append(f"{s.gradient_accumulation} micro-batches; gradients stay allocated "
-                     f"between them. Forward peaks per micro-batch: "
-                     + ", ".join(f"{p / 2**30:.3f} GiB" for p in peaks) + ".")
-    notes.append("Logits: tensors shaped [..., vocab] (the logits, their fp32 copy for the "
-                 "loss, log-softmax and their gradients).")
+        notes.append(
+            f"{s.gradient_accumulation} micro-batches; gradients stay allocated "
+            f"between them. Forward peaks per micro-batch: "
+            + ", ".join(f"{p / 2**30:.3f} GiB" for p in peaks)
+            + "."
+        )
+    notes.append(
+        "Logits: tensors shaped [..., vocab] (the logits, their fp32 copy for the "
+        "loss, log-softmax and their gradients)."
+    )
     if measured.get("cpu_only"):
-        what = ("GPT-2's dropout makes CPU SDPA take the math path (seq x seq attention "
-                "matrices kept) and " if spec.family == "gpt2" else "")
-        notes.append(f"CPU-only figure: {what}CPU dropout keeps each mask in its input's dtype, "
-                     "where CUDA keeps 1-byte masks and no attention matrix. "
-                     "estimate(device='cpu') reproduces this measurement; estimate(device='cuda') "
-                     "gives what a CUDA run allocates.")
+        what = (
+            "GPT-2's dropout makes CPU SDPA take the math path (seq x seq attention "
+            "matrices kept) and "
+            if spec.family == "gpt2"
+            else ""
+        )
+        notes.append(
+            f"CPU-only figure: {what}CPU dropout keeps each mask in its input's dtype, "
+            "where CUDA keeps 1-byte masks and no attention matrix. "
+            "estimate(device='cpu') reproduces this measurement; estimate(device='cuda') "
+            "gives what a CUDA run allocates."
+        )
     return notes

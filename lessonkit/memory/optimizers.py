@@ -9,7 +9,7 @@ values; tensors under 4096 elements keep fp32 states), torch.optim.SGD, transfor
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 # (numel, shape) of each trainable parameter tensor, repeated ``count`` times.
 Tensors = Sequence[tuple[int, tuple[int, ...], int]]
@@ -43,9 +43,7 @@ def state_bytes(optimizer: str, tensors: Tensors, dtype_bytes: int, master: bool
         elif optimizer in ("adamw-8bit", "paged-adamw-8bit"):
             each += _adam8bit(numel)
             big = big or numel >= OPT8_MIN_SIZE
-        elif optimizer == "sgd-momentum":
-            each += sd * numel
-        elif optimizer == "lion":
+        elif optimizer == "sgd-momentum" or optimizer == "lion":
             each += sd * numel
         elif optimizer == "adafactor":
             factored = len(shape) >= 2

@@ -43,15 +43,26 @@ def quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:
         if state is None:
             continue
         nested = getattr(state, "state2", None)
-        for t in (state.absmax, state.code, getattr(state, "offset", None),
-                  getattr(nested, "absmax", None), getattr(nested, "code", None)):
+        for t in (
+            state.absmax,
+            state.code,
+            getattr(state, "offset", None),
+            getattr(nested, "absmax", None),
+            getattr(nested, "code", None),
+        ):
             if isinstance(t, torch.Tensor):
                 out.append(t)
     return out
 
 
-def _fake_bnb_linear4bit(bnb: Any, child: nn.Module, in_f: int, out_f: int,
-                         compute_dtype: torch.dtype, double_quant: bool) -> nn.Module:
+def _fake_bnb_linear4bit(
+    bnb: Any,
+    child: nn.Module,
+    in_f: int,
+    out_f: int,
+    compute_dtype: torch.dtype,
+    double_quant: bool,
+) -> nn.Module:
     """bitsandbytes Linear4bit (NF4) on fake CPU tensors: ``child``'s weight, in the compute
     dtype (as a 16-bit checkpoint is loaded), quantized by ``bitsandbytes.functional``; the
     packed weight carries its QuantState as a Params4bit does."""
@@ -60,14 +71,24 @@ def _fake_bnb_linear4bit(bnb: Any, child: nn.Module, in_f: int, out_f: int,
     weight = child.weight.detach()
     if weight.shape != (out_f, in_f):  # transformers' Conv1D stores the transpose
         weight = weight.t().contiguous()
-    packed, state = F.quantize_4bit(weight.to(compute_dtype), blocksize=NF4_BLOCK,
-                                    compress_statistics=double_quant, quant_type="nf4")
+    packed, state = F.quantize_4bit(
+        weight.to(compute_dtype),
+        blocksize=NF4_BLOCK,
+        compress_statistics=double_quant,
+        quant_type="nf4",
+    )
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():  # the module itself (its placeholder weight) is not fake
-        layer = bnb.nn.Linear4bit(in_f, out_f, bias=False, compute_dtype=compute_dtype,
-                                  compress_statistics=double_quant, quant_type="nf4",
-                                  device="meta")
+        layer = bnb.nn.Linear4bit(
+            in_f,
+            out_f,
+            bias=False,
+            compute_dtype=compute_dtype,
+            compress_statistics=double_quant,
+            quant_type="nf4",
+            device="meta",
+        )
     layer.weight = nn.Parameter(packed, requires_grad=False)
     layer.weight.quant_state = state
     if child.bias is not None:
@@ -86,8 +107,9 @@ def prepare_fake_bitsandbytes() -> None:
 
     original = getattr(F.create_dynamic_map, "__wrapped__", F.create_dynamic_map)
 
-    def create_dynamic_map(signed: bool = True, max_exponent_bits: int = 7,
-                           total_bits: int = 8) -> torch.Tensor:
+    def create_dynamic_map(
+        signed: bool = True, max_exponent_bits: int = 7, total_bits: int = 8
+    ) -> torch.Tensor:
         key = (signed, max_exponent_bits, total_bits)
         if key not in _QMAPS:
             with unset_fake_temporarily():
@@ -100,17 +122,30 @@ def prepare_fake_bitsandbytes() -> None:
         F.name2qmap["dynamic"] = create_dynamic_map()
 
 
-def _bnb_linear4bit(bnb: Any, child: nn.Module, in_f: int, out_f: int,
-                    compute_dtype: torch.dtype, double_quant: bool) -> nn.Module:
+def _bnb_linear4bit(
+    bnb: Any,
+    child: nn.Module,
+    in_f: int,
+    out_f: int,
+    compute_dtype: torch.dtype,
+    double_quant: bool,
+) -> nn.Module:
     """bitsandbytes Linear4bit (NF4) holding ``child``'s weight, quantized on its GPU."""
     weight = child.weight.detach()
     if weight.shape != (out_f, in_f):  # transformers' Conv1D stores the transpose
         weight = weight.t().contiguous()
-    layer = bnb.nn.Linear4bit(in_f, out_f, bias=child.bias is not None,
-                              compute_dtype=compute_dtype, compress_statistics=double_quant,
-                              quant_type="nf4", device="meta")
-    layer.weight = bnb.nn.Params4bit(weight.cpu(), requires_grad=False, quant_type="nf4",
-                                     compress_statistics=double_quant).to(child.weight.device)
+    layer = bnb.nn.Linear4bit(
+        in_f,
+        out_f,
+        bias=child.bias is not None,
+        compute_dtype=compute_dtype,
+        compress_statistics=double_quant,
+        quant_type="nf4",
+        device="meta",
+    )
+    layer.weight = bnb.nn.Params4bit(
+        weight.cpu(), requires_grad=False, quant_type="nf4", compress_statistics=double_quant
+    ).to(child.weight.device)
     if child.bias is not None:
         layer.bias = nn.Parameter(child.bias.detach(), requires_grad=False)
     return layer

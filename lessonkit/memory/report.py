@@ -15,19 +15,23 @@ from ..units import GB, GiB, parse_bytes
 
 # Breakdown categories, in the order they are stacked in charts and tables.
 CATEGORIES = (
-    "weights",          # parameters and buffers (quantized base weights for QLoRA)
-    "gradients",        # gradients of trainable parameters
-    "optimizer",        # optimizer states (and fp32 master weights where used)
-    "activations",      # tensors saved for backward, live at the peak
-    "logits",           # fp32 logits / loss temporaries (large for big vocabularies)
-    "temporaries",      # other short-lived buffers: optimizer-step temporaries, dequantized weights
-    "cuda_context",     # CUDA context and library workspaces (0 on CPU)
-    "allocator_margin", # caching-allocator reserve above allocated tensors (0 on CPU)
+    "weights",  # parameters and buffers (quantized base weights for QLoRA)
+    "gradients",  # gradients of trainable parameters
+    "optimizer",  # optimizer states (and fp32 master weights where used)
+    "activations",  # tensors saved for backward, live at the peak
+    "logits",  # fp32 logits / loss temporaries (large for big vocabularies)
+    "temporaries",  # other short-lived buffers: optimizer-step temporaries, dequantized weights
+    "cuda_context",  # CUDA context and library workspaces (0 on CPU)
+    "allocator_margin",  # caching-allocator reserve above allocated tensors (0 on CPU)
 )
 LABELS = {
-    "weights": "Weights", "gradients": "Gradients", "optimizer": "Optimizer states",
-    "activations": "Activations", "logits": "Logits & loss (fp32)",
-    "temporaries": "Temporaries", "cuda_context": "CUDA context",
+    "weights": "Weights",
+    "gradients": "Gradients",
+    "optimizer": "Optimizer states",
+    "activations": "Activations",
+    "logits": "Logits & loss (fp32)",
+    "temporaries": "Temporaries",
+    "cuda_context": "CUDA context",
     "allocator_margin": "Allocator margin",
 }
 PHASES = ("forward", "backward", "optimizer")
@@ -43,8 +47,10 @@ def _memory_bytes(memory: Any) -> float:
     elif isinstance(memory, numbers.Real) and not isinstance(memory, bool):
         value = float(memory)
     else:
-        raise LessonkitError(f"GPU memory must be a number of bytes (16e9), a size such as "
-                             f"'16 GB' or '15 GiB', or a GPU from get_gpu(); got {memory!r}.")
+        raise LessonkitError(
+            f"GPU memory must be a number of bytes (16e9), a size such as "
+            f"'16 GB' or '15 GiB', or a GPU from get_gpu(); got {memory!r}."
+        )
     if not math.isfinite(value) or value < 0:
         raise LessonkitError(f"GPU memory must be a finite size >= 0, got {memory!r}.")
     return value
@@ -88,7 +94,9 @@ class MemoryReport:
 
     @property
     def tensor_bytes(self) -> int:
-        return self.total_bytes - self.breakdown["cuda_context"] - self.breakdown["allocator_margin"]
+        return (
+            self.total_bytes - self.breakdown["cuda_context"] - self.breakdown["allocator_margin"]
+        )
 
     @property
     def total_gb(self) -> float:
@@ -101,10 +109,15 @@ class MemoryReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model.name, "n_params": self.model.n_params, "source": self.source,
-            "settings": dict(self.settings), "breakdown": dict(self.breakdown),
-            "total_bytes": self.total_bytes, "tensor_bytes": self.tensor_bytes,
-            "peak_phase": self.peak_phase, "phase_peaks": dict(self.phase_peaks),
+            "model": self.model.name,
+            "n_params": self.model.n_params,
+            "source": self.source,
+            "settings": dict(self.settings),
+            "breakdown": dict(self.breakdown),
+            "total_bytes": self.total_bytes,
+            "tensor_bytes": self.tensor_bytes,
+            "peak_phase": self.peak_phase,
+            "phase_peaks": dict(self.phase_peaks),
             "assumptions": list(self.assumptions),
         }
 
@@ -113,8 +126,12 @@ class MemoryReport:
 
     def _settings_line(self) -> str:
         s = self.settings
-        parts = [str(s.get("method", "")), str(s.get("precision", "")), str(s.get("optimizer", "")),
-                 f"batch {s.get('batch_size')} x {s.get('seq_len')} tokens"]
+        parts = [
+            str(s.get("method", "")),
+            str(s.get("precision", "")),
+            str(s.get("optimizer", "")),
+            f"batch {s.get('batch_size')} x {s.get('seq_len')} tokens",
+        ]
         if s.get("gradient_checkpointing"):
             parts.append("checkpointing" + (" + offload" if s.get("activation_offload") else ""))
         if s.get("optimizer_in_backward"):
@@ -122,9 +139,14 @@ class MemoryReport:
         if s.get("loss") == "chunked":
             parts.append("chunked loss")
         if s.get("n_gpus", 1) > 1:
-            parts.append(f"{s['n_gpus']} GPUs, ZeRO-{s.get('zero_stage', 0)}"
-                         + (f", {s['gradient_accumulation']} micro-batches with no_sync"
-                            if s.get("no_sync") else ""))
+            parts.append(
+                f"{s['n_gpus']} GPUs, ZeRO-{s.get('zero_stage', 0)}"
+                + (
+                    f", {s['gradient_accumulation']} micro-batches with no_sync"
+                    if s.get("no_sync")
+                    else ""
+                )
+            )
         return ", ".join(p for p in parts if p)
 
     def rows(self) -> list[tuple[str, int]]:
@@ -132,12 +154,16 @@ class MemoryReport:
         return [(LABELS.get(k, k), v) for k, v in self.breakdown.items() if v]
 
     def __str__(self) -> str:
-        title = f"{self.model.name} ({self.model.n_params / 1e9:.2f}B params): {self._settings_line()}"
+        title = (
+            f"{self.model.name} ({self.model.n_params / 1e9:.2f}B params): {self._settings_line()}"
+        )
         lines = [title] + ([f"{'source':<22}{self.source}"] if self.source != "estimate" else [])
         for label, value in self.rows():
             lines.append(f"  {label:<20}{value / GiB:>10.2f} GiB")
-        lines.append(f"  {'Peak per GPU':<20}{self.total_bytes / GiB:>10.2f} GiB"
-                     f"  (during the {self.peak_phase})")
+        lines.append(
+            f"  {'Peak per GPU':<20}{self.total_bytes / GiB:>10.2f} GiB"
+            f"  (during the {self.peak_phase})"
+        )
         lines += [f"  - {a}" for a in self.assumptions]
         return "\n".join(lines)
 

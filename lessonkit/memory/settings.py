@@ -12,8 +12,17 @@ from typing import Any
 
 from ..errors import LessonkitError, choose, positive_int
 from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec
-from ..options import (ATTENTION, BNB_BEHAVIOURS, DEFAULT_LOSS_CHUNKS, LORA_DTYPES, LOSSES,
-                      METHODS, OPTIMIZERS, PRECISIONS, ZERO_STAGES)
+from ..options import (
+    ATTENTION,
+    BNB_BEHAVIOURS,
+    DEFAULT_LOSS_CHUNKS,
+    LORA_DTYPES,
+    LOSSES,
+    METHODS,
+    OPTIMIZERS,
+    PRECISIONS,
+    ZERO_STAGES,
+)
 
 DEVICES = ("cuda", "cpu")
 MAX_BATCH = 4096
@@ -82,25 +91,32 @@ def _targets(value: object) -> tuple[str, ...] | str | None:
         return None
     if isinstance(value, list):
         value = tuple(value)
-    if value == "all-linear" or (isinstance(value, tuple) and value
-                                 and all(isinstance(t, str) for t in value)):
+    if value == "all-linear" or (
+        isinstance(value, tuple) and value and all(isinstance(t, str) for t in value)
+    ):
         return value
-    raise LessonkitError(f"lora_targets must be a list of module names (e.g. "
-                         f"['q_proj', 'v_proj']) or 'all-linear', got {value!r}.")
+    raise LessonkitError(
+        f"lora_targets must be a list of module names (e.g. "
+        f"['q_proj', 'v_proj']) or 'all-linear', got {value!r}."
+    )
 
 
 def _probability(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise LessonkitError(f"{what} must be a number from 0 up to (not including) 1, such as "
-                             f"0.05 or 0.1, got {value!r}.")
+        raise LessonkitError(
+            f"{what} must be a number from 0 up to (not including) 1, such as "
+            f"0.05 or 0.1, got {value!r}."
+        )
     return float(value)
 
 
 def _seq_len(value: object, spec: ModelSpec) -> int:
     seq = positive_int(value, "seq_len", maximum=MAX_SEQ)
     if spec.max_positions and seq > spec.max_positions:
-        raise LessonkitError(f"seq_len must be at most {spec.max_positions:,} for {spec.name} "
-                             f"(its learned position embeddings), got {seq:,}.")
+        raise LessonkitError(
+            f"seq_len must be at most {spec.max_positions:,} for {spec.name} "
+            f"(its learned position embeddings), got {seq:,}."
+        )
     return seq
 
 
@@ -112,8 +128,9 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
     """
     zero = kw["zero_stage"]
     if isinstance(zero, bool) or zero not in ZERO_STAGES:
-        raise LessonkitError(f"zero_stage must be one of {', '.join(map(str, ZERO_STAGES))}, "
-                             f"got {zero!r}.")
+        raise LessonkitError(
+            f"zero_stage must be one of {', '.join(map(str, ZERO_STAGES))}, got {zero!r}."
+        )
     s = RunSettings(
         method=choose(kw["method"], METHODS, "method"),
         precision=choose(kw["precision"], PRECISIONS, "precision"),
@@ -129,72 +146,98 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
         offload_optimizer=_flag(kw["offload_optimizer"], "offload_optimizer"),
         double_quant=_flag(kw["double_quant"], "double_quant"),
         lora_dtype=choose(kw["lora_dtype"], LORA_DTYPES, "lora_dtype"),
-        gradient_accumulation=positive_int(kw["gradient_accumulation"], "gradient_accumulation",
-                                           maximum=MAX_ACCUMULATION),
+        gradient_accumulation=positive_int(
+            kw["gradient_accumulation"], "gradient_accumulation", maximum=MAX_ACCUMULATION
+        ),
         device=choose(kw["device"], DEVICES, "device"),
         lora_dropout=_probability(kw.get("lora_dropout", 0.0), "lora_dropout"),
         bitsandbytes=choose(kw.get("bitsandbytes", "current"), BNB_BEHAVIOURS, "bitsandbytes"),
         activation_offload=_flag(kw.get("activation_offload", False), "activation_offload"),
-        optimizer_in_backward=_flag(kw.get("optimizer_in_backward", False),
-                                    "optimizer_in_backward"),
+        optimizer_in_backward=_flag(
+            kw.get("optimizer_in_backward", False), "optimizer_in_backward"
+        ),
         loss=choose(kw.get("loss", "standard"), LOSSES, "loss"),
-        loss_chunks=positive_int(kw.get("loss_chunks", DEFAULT_LOSS_CHUNKS), "loss_chunks",
-                                 maximum=MAX_SEQ),
+        loss_chunks=positive_int(
+            kw.get("loss_chunks", DEFAULT_LOSS_CHUNKS), "loss_chunks", maximum=MAX_SEQ
+        ),
         no_sync=_flag(kw.get("no_sync", False), "no_sync"),
     )
     if s.method != "full":
         spec.lora_shapes(s.lora_targets)  # raises, naming the targets this model has
         if s.lora_rank > spec.hidden_size:
-            raise LessonkitError(f"lora_rank must be at most the hidden size of {spec.name} "
-                                 f"({spec.hidden_size}), got {s.lora_rank}.")
+            raise LessonkitError(
+                f"lora_rank must be at most the hidden size of {spec.name} "
+                f"({spec.hidden_size}), got {s.lora_rank}."
+            )
     if s.method == "qlora" and s.precision in ("fp32", "bf16-master"):
         raise LessonkitError(
             f"QLoRA computes in 16 bits on 4-bit weights; precision {s.precision!r} makes no "
-            "sense with it. Use 'bf16-mixed' (or 'fp16-mixed' on GPUs without bf16) or 'bf16'.")
+            "sense with it. Use 'bf16-mixed' (or 'fp16-mixed' on GPUs without bf16) or 'bf16'."
+        )
     if s.offload_optimizer and s.zero_stage == 0:
-        raise LessonkitError("offload_optimizer needs ZeRO (zero_stage 1, 2 or 3): plain data "
-                             "parallelism keeps the optimizer states on the GPU.")
+        raise LessonkitError(
+            "offload_optimizer needs ZeRO (zero_stage 1, 2 or 3): plain data "
+            "parallelism keeps the optimizer states on the GPU."
+        )
     if s.loss == "standard" and s.loss_chunks != DEFAULT_LOSS_CHUNKS:
-        raise LessonkitError(f"loss_chunks={s.loss_chunks} applies to loss='chunked' only; "
-                             "the standard loss computes all the logits at once.")
+        raise LessonkitError(
+            f"loss_chunks={s.loss_chunks} applies to loss='chunked' only; "
+            "the standard loss computes all the logits at once."
+        )
     if s.loss == "chunked" and s.loss_chunks > s.seq_len:
-        raise LessonkitError(f"loss_chunks must be at most seq_len ({s.seq_len}) so that every "
-                             f"chunk holds a token, got {s.loss_chunks}.")
+        raise LessonkitError(
+            f"loss_chunks must be at most seq_len ({s.seq_len}) so that every "
+            f"chunk holds a token, got {s.loss_chunks}."
+        )
     if s.loss == "chunked" and s.activation_offload:
-        raise LessonkitError("loss='chunked' is not modelled together with activation_offload "
-                             "yet: use one of them, or loss='standard' with offloading.")
+        raise LessonkitError(
+            "loss='chunked' is not modelled together with activation_offload "
+            "yet: use one of them, or loss='standard' with offloading."
+        )
     if s.optimizer_in_backward and s.gradient_accumulation > 1:
         raise LessonkitError(
             "optimizer_in_backward steps each parameter as soon as its gradient is ready, so "
             "there is nothing to accumulate: it needs gradient_accumulation=1 (got "
-            f"{s.gradient_accumulation}), or set optimizer_in_backward=False.")
+            f"{s.gradient_accumulation}), or set optimizer_in_backward=False."
+        )
     if s.optimizer_in_backward and (s.n_gpus > 1 or s.offload_optimizer):
-        raise LessonkitError("optimizer_in_backward is modelled on one GPU without optimizer "
-                             "offload: use n_gpus=1, or optimizer_in_backward=False.")
+        raise LessonkitError(
+            "optimizer_in_backward is modelled on one GPU without optimizer "
+            "offload: use n_gpus=1, or optimizer_in_backward=False."
+        )
     if s.activation_offload and s.method == "qlora" and s.bitsandbytes != "current":
-        raise LessonkitError("activation_offload is modelled with bitsandbytes='current' only "
-                             "(older releases kept each 4-bit layer's input outside autograd's "
-                             "saved tensors, where offloading does not reach it).")
+        raise LessonkitError(
+            "activation_offload is modelled with bitsandbytes='current' only "
+            "(older releases kept each 4-bit layer's input outside autograd's "
+            "saved tensors, where offloading does not reach it)."
+        )
     if s.activation_offload and not s.gradient_checkpointing:
         raise LessonkitError(
             "activation_offload is modelled together with gradient_checkpointing=True (as "
             "torchtune's recipes pair them): without checkpointing the working tensors inside "
             "each layer decide the peak, which this calculator does not follow yet. Set "
-            "gradient_checkpointing=True, or activation_offload=False.")
+            "gradient_checkpointing=True, or activation_offload=False."
+        )
     if s.activation_offload and s.zero_stage == 3:
-        raise LessonkitError("activation_offload is modelled without ZeRO-3 only: use "
-                             "zero_stage 0, 1 or 2 with it, or turn it off under ZeRO-3.")
+        raise LessonkitError(
+            "activation_offload is modelled without ZeRO-3 only: use "
+            "zero_stage 0, 1 or 2 with it, or turn it off under ZeRO-3."
+        )
     if s.no_sync and (s.n_gpus == 1 or s.gradient_accumulation == 1):
         raise LessonkitError(
             "no_sync skips the gradient reduction on every micro-batch but the last, so it needs "
             f"several GPUs and gradient_accumulation > 1 (got n_gpus={s.n_gpus}, "
-            f"gradient_accumulation={s.gradient_accumulation}); or set no_sync=False.")
+            f"gradient_accumulation={s.gradient_accumulation}); or set no_sync=False."
+        )
     if s.no_sync and s.zero_stage == 2:
         raise LessonkitError(
             "no_sync does not go with ZeRO-2: DeepSpeed refuses it once gradients are "
             "partitioned (stage 2 and 3). Use zero_stage 3 (modelled as FSDP, which allows "
-            "it), 0 or 1 with no_sync, or no_sync=False.")
+            "it), 0 or 1 with no_sync, or no_sync=False."
+        )
     if s.method == "qlora" and s.zero_stage == 3:
-        raise LessonkitError("ZeRO-3 cannot shard 4-bit QLoRA weights in this calculator; use "
-                             "zero_stage 0, 1 or 2 with QLoRA.")
+        raise LessonkitError(
+            "ZeRO-3 cannot shard 4-bit QLoRA weights in this calculator; use "
+            "zero_stage 0, 1 or 2 with QLoRA."
+        )
     return s

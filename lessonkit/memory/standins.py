@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
 
+from ..errors import LessonkitError
 from . import tracking
 from .real_bitsandbytes import _bnb_linear4bit, _fake_bnb_linear4bit, bitsandbytes
-from ..errors import LessonkitError
 
 NF4_BLOCK = 64
 NF4_NESTED_BLOCK = 256
@@ -87,8 +88,9 @@ def make_optimizer(params: list, name: str, precision: str, on_gpu: bool) -> Any
     if name == "adafactor":
         from transformers.optimization import Adafactor
 
-        return Adafactor(params, lr=lr, scale_parameter=False, relative_step=False,
-                         warmup_init=False)
+        return Adafactor(
+            params, lr=lr, scale_parameter=False, relative_step=False, warmup_init=False
+        )
     return Lion(params, lr=lr)
 
 
@@ -130,26 +132,35 @@ def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     if hasattr(optimizer, "state_tensors"):
         return optimizer.state_tensors()
     step_on_device = bool(optimizer.defaults.get("fused") or optimizer.defaults.get("capturable"))
-    out = [value for state in optimizer.state.values() for key, value in state.items()
-           if isinstance(value, torch.Tensor) and (key != "step" or step_on_device)]
+    out = [
+        value
+        for state in optimizer.state.values()
+        for key, value in state.items()
+        if isinstance(value, torch.Tensor) and (key != "step" or step_on_device)
+    ]
     return out + list(getattr(optimizer, "qmaps", {}).values())
 
 
 def off_device_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """Optimizer tensors that ``state_tensors`` leaves out (step counters kept on the CPU)."""
     kept = {id(t) for t in state_tensors(optimizer)}
-    every = [v for state in optimizer.state.values() for v in state.values()
-             if isinstance(v, torch.Tensor)]
+    every = [
+        v
+        for state in optimizer.state.values()
+        for v in state.values()
+        if isinstance(v, torch.Tensor)
+    ]
     inner = getattr(optimizer, "inner", None)
     return [t for t in every if id(t) not in kept] + (
-        off_device_tensors(inner) if inner is not None else [])
+        off_device_tensors(inner) if inner is not None else []
+    )
 
 
 class _Dequantized(torch.autograd.Function):
     """y = x @ W.T with W dequantized in forward and again in backward (never saved)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, layer: "Linear4bitStandIn") -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, layer: Linear4bitStandIn) -> torch.Tensor:
         ctx.layer = layer
         if _LEGACY[0] and ctx.needs_input_grad[0]:
             ctx.kept_input = x.to(layer.compute_dtype)  # bitsandbytes before 0.43.2
@@ -165,21 +176,34 @@ class _Dequantized(torch.autograd.Function):
 class Linear4bitStandIn(nn.Module):
     """A frozen linear layer stored like bitsandbytes NF4 (see the module docstring)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: nn.Parameter | None,
-                 compute_dtype: torch.dtype, double_quant: bool, device: Any = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: nn.Parameter | None,
+        compute_dtype: torch.dtype,
+        double_quant: bool,
+        device: Any = None,
+    ) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.compute_dtype = compute_dtype
         numel = in_features * out_features
         blocks = math.ceil(numel / NF4_BLOCK)
-        self.register_buffer("packed", torch.zeros(((numel + 1) // 2, 1), dtype=torch.uint8,
-                                                   device=device))
+        self.register_buffer(
+            "packed", torch.zeros(((numel + 1) // 2, 1), dtype=torch.uint8, device=device)
+        )
         if double_quant:
             self.register_buffer("absmax", torch.zeros(blocks, dtype=torch.uint8, device=device))
-            self.register_buffer("nested_absmax", torch.zeros(
-                math.ceil(blocks / NF4_NESTED_BLOCK), dtype=torch.float32, device=device))
-            self.register_buffer("nested_code", torch.zeros(256, dtype=torch.float32,
-                                                            device=device))
+            self.register_buffer(
+                "nested_absmax",
+                torch.zeros(
+                    math.ceil(blocks / NF4_NESTED_BLOCK), dtype=torch.float32, device=device
+                ),
+            )
+            self.register_buffer(
+                "nested_code", torch.zeros(256, dtype=torch.float32, device=device)
+            )
             self.register_buffer("offset", torch.zeros((), dtype=torch.float32, device=device))
         else:
             self.register_buffer("absmax", torch.zeros(blocks, dtype=torch.float32, device=device))
@@ -192,8 +216,11 @@ class Linear4bitStandIn(nn.Module):
     def dequantize(self) -> torch.Tensor:
         """The weight in the compute dtype: a fresh temporary, as bitsandbytes makes it."""
         with tracking.label("temporaries"):
-            weight = torch.zeros((self.out_features, self.in_features), dtype=self.compute_dtype,
-                                 device=self.packed.device)
+            weight = torch.zeros(
+                (self.out_features, self.in_features),
+                dtype=self.compute_dtype,
+                device=self.packed.device,
+            )
             # Touch the packed values so the result depends on them (the memory is what matters).
             weight.view(-1)[: self.packed.numel()].copy_(self.packed.view(-1))
         return weight
@@ -203,8 +230,13 @@ class Linear4bitStandIn(nn.Module):
         return out + self.bias if self.bias is not None else out
 
 
-def quantize_linears(model: nn.Module, compute_dtype: torch.dtype, double_quant: bool,
-                     real: bool = False, fake: bool = False) -> int:
+def quantize_linears(
+    model: nn.Module,
+    compute_dtype: torch.dtype,
+    double_quant: bool,
+    real: bool = False,
+    fake: bool = False,
+) -> int:
     """Replace every frozen linear layer inside the decoder blocks by a Linear4bitStandIn
     (or, with ``real`` and bitsandbytes installed, by bitsandbytes' Linear4bit: on the GPU,
     or with ``fake`` on CPU under FakeTensorMode, quantized there by bitsandbytes itself).
@@ -229,15 +261,30 @@ def quantize_linears(model: nn.Module, compute_dtype: torch.dtype, double_quant:
             else:
                 continue
             if bnb is not None and fake:
-                setattr(module, child_name, _fake_bnb_linear4bit(bnb, child, in_f, out_f,
-                                                                 compute_dtype, double_quant))
+                setattr(
+                    module,
+                    child_name,
+                    _fake_bnb_linear4bit(bnb, child, in_f, out_f, compute_dtype, double_quant),
+                )
             elif bnb is not None:
-                setattr(module, child_name, _bnb_linear4bit(bnb, child, in_f, out_f,
-                                                            compute_dtype, double_quant))
+                setattr(
+                    module,
+                    child_name,
+                    _bnb_linear4bit(bnb, child, in_f, out_f, compute_dtype, double_quant),
+                )
             else:
-                setattr(module, child_name, Linear4bitStandIn(
-                    in_f, out_f, child.bias, compute_dtype, double_quant,
-                    device=child.weight.device))
+                setattr(
+                    module,
+                    child_name,
+                    Linear4bitStandIn(
+                        in_f,
+                        out_f,
+                        child.bias,
+                        compute_dtype,
+                        double_quant,
+                        device=child.weight.device,
+                    ),
+                )
             count += 1
     return count
 
@@ -269,8 +316,10 @@ class AdamW8bitStandIn(torch.optim.Optimizer):
             state["state2"] = torch.zeros_like(p, dtype=torch.float32)
             return
         if not self.qmaps:
-            self.qmaps = {k: torch.zeros(256, dtype=torch.float32, device=p.device)
-                          for k in ("dynamic", "udynamic")}
+            self.qmaps = {
+                k: torch.zeros(256, dtype=torch.float32, device=p.device)
+                for k in ("dynamic", "udynamic")
+            }
         blocks = math.ceil(n / OPT8_BLOCK)
         state["state1"] = torch.zeros_like(p, dtype=torch.uint8)
         state["qmap1"] = self.qmaps["dynamic"]
@@ -283,8 +332,13 @@ class AdamW8bitStandIn(torch.optim.Optimizer):
 class Lion(torch.optim.Optimizer):
     """Lion (sign of an interpolated momentum), one state per parameter, one tensor at a time."""
 
-    def __init__(self, params: Iterable[torch.Tensor], lr: float = 1e-4,
-                 betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0) -> None:
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+    ) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
 
     @torch.no_grad()
@@ -307,13 +361,19 @@ class Lion(torch.optim.Optimizer):
 class MasterWeightsAdamW(torch.optim.Optimizer):
     """AdamW on fp32 master copies of bf16 parameters (see the module docstring)."""
 
-    def __init__(self, params: Iterable[torch.Tensor],
-                 make_inner: Callable[[list], torch.optim.Optimizer], lr: float = 1e-4) -> None:
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        make_inner: Callable[[list], torch.optim.Optimizer],
+        lr: float = 1e-4,
+    ) -> None:
         params = list(params)
         super().__init__(params, dict(lr=lr))
         # fp32 parameters (e.g. LoRA adapters kept in fp32) are their own masters.
-        self.masters = [p if p.dtype == torch.float32 else p.detach().float().requires_grad_(True)
-                        for p in params]
+        self.masters = [
+            p if p.dtype == torch.float32 else p.detach().float().requires_grad_(True)
+            for p in params
+        ]
         self.inner = make_inner(self.masters)
 
     def state_tensors(self) -> list[torch.Tensor]:
@@ -351,8 +411,13 @@ class Parallel:
     - offload_optimizer: the optimizer states and its step live in CPU memory (not counted).
     """
 
-    def __init__(self, n_gpus: int, zero_stage: int, offload_optimizer: bool,
-                 param_dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        n_gpus: int,
+        zero_stage: int,
+        offload_optimizer: bool,
+        param_dtype: torch.dtype | None = None,
+    ) -> None:
         self.n, self.stage, self.offload = n_gpus, zero_stage, offload_optimizer
         self.param_dtype = param_dtype
         self.shards: list[tuple[torch.Tensor, torch.Tensor]] = []  # (parameter, its shard)
@@ -365,8 +430,9 @@ class Parallel:
 
             policy = MixedPrecisionPolicy()
             if self.param_dtype is not None:
-                policy = MixedPrecisionPolicy(param_dtype=self.param_dtype,
-                                              reduce_dtype=torch.float32)
+                policy = MixedPrecisionPolicy(
+                    param_dtype=self.param_dtype, reduce_dtype=torch.float32
+                )
             for module in model.modules():
                 if isinstance(module, nn.ModuleList):
                     for layer in module:
@@ -381,8 +447,9 @@ class Parallel:
                 by_dtype: dict[torch.dtype, int] = {}
                 for p in params:
                     by_dtype[p.dtype] = by_dtype.get(p.dtype, 0) + p.numel()
-                self.buckets = [torch.zeros(n, dtype=d, device=params[0].device)
-                                for d, n in by_dtype.items()]
+                self.buckets = [
+                    torch.zeros(n, dtype=d, device=params[0].device) for d, n in by_dtype.items()
+                ]
             return params
         for p in params:
             shard = p.detach().view(-1)[: math.ceil(p.numel() / self.n)]
@@ -437,7 +504,8 @@ class Parallel:
         except AttributeError as err:
             raise LessonkitError(
                 f"measure cannot follow no_sync's gradients with torch {torch.__version__} "
-                f"(FSDP2 changed: {err}); estimate(no_sync=True) still works.") from None
+                f"(FSDP2 changed: {err}); estimate(no_sync=True) still works."
+            ) from None
         return held
 
     def gradient_tensors(self) -> list[torch.Tensor]:
@@ -453,8 +521,10 @@ def fake_process_group(world_size: int) -> Iterator[Any]:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
-        raise LessonkitError("measure simulates several GPUs with its own process group; "
-                             "call it outside torch.distributed.")
+        raise LessonkitError(
+            "measure simulates several GPUs with its own process group; "
+            "call it outside torch.distributed."
+        )
     dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
     try:
         yield init_device_mesh("cpu", (world_size,))

@@ -20,8 +20,9 @@ Where the moments come from:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from .report import CATEGORIES
 
@@ -80,10 +81,14 @@ class Timeline:
         return spans
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "phases": list(self.phases),
-                "series": {k: list(v) for k, v in self.series.items()},
-                "labels": list(self.labels), "peak_bytes": self.peak_bytes,
-                "peak_index": self.peak_index}
+        return {
+            "source": self.source,
+            "phases": list(self.phases),
+            "series": {k: list(v) for k, v in self.series.items()},
+            "labels": list(self.labels),
+            "peak_bytes": self.peak_bytes,
+            "peak_index": self.peak_index,
+        }
 
 
 def keep_extremes(totals: Sequence[int], max_points: int = MAX_POINTS) -> list[int]:
@@ -101,8 +106,12 @@ def keep_extremes(totals: Sequence[int], max_points: int = MAX_POINTS) -> list[i
     return sorted(keep)
 
 
-def from_moments(moments: Iterable[tuple[str, dict[str, int]]], source: str,
-                 labels: Iterable[str] | None = None, max_points: int = MAX_POINTS) -> Timeline:
+def from_moments(
+    moments: Iterable[tuple[str, dict[str, int]]],
+    source: str,
+    labels: Iterable[str] | None = None,
+    max_points: int = MAX_POINTS,
+) -> Timeline:
     """A Timeline from (phase, {category: bytes}) moments in time order, thinned."""
     moments = list(moments)
     names = [c for c in CATEGORIES if any(c in m for _, m in moments)]
@@ -112,9 +121,12 @@ def from_moments(moments: Iterable[tuple[str, dict[str, int]]], source: str,
     texts = list(labels) if labels is not None else []
     totals = [sum(v) for v in zip(*series.values())] if series else []
     keep = keep_extremes(totals, max_points)
-    return Timeline(phases=[phases[i] for i in keep],
-                    series={c: [v[i] for i in keep] for c, v in series.items()},
-                    source=source, labels=[texts[i] for i in keep] if texts else [])
+    return Timeline(
+        phases=[phases[i] for i in keep],
+        series={c: [v[i] for i in keep] for c, v in series.items()},
+        source=source,
+        labels=[texts[i] for i in keep] if texts else [],
+    )
 
 
 # ----- estimate: the moments of vram._Step ------------------------------------------------------
@@ -126,14 +138,25 @@ def estimated(step: Any) -> Timeline:
     fws, bws, opt = parts["forward"], parts["backward"], parts["optimizer"]
     layers = step.spec.n_layers
     fw_end = fws[0]
-    start = {"weights": fw_end["weights"], "optimizer": fw_end["optimizer"],
-             "gradients": fw_end["gradients"], "activations": step.inputs}
+    start = {
+        "weights": fw_end["weights"],
+        "optimizer": fw_end["optimizer"],
+        "gradients": fw_end["gradients"],
+        "activations": step.inputs,
+    }
     top = {k: v for k, v in fw_end.items() if k != "logits"}
     moments: list[tuple[str, dict[str, int]]] = []
     labels: list[str] = []
     for j in range(layers + 1):  # the forward's saved activations, layer by layer
-        moments.append(("forward", {k: start.get(k, 0) + (top.get(k, 0) - start.get(k, 0)) * j
-                                    // layers for k in set(start) | set(top)}))
+        moments.append(
+            (
+                "forward",
+                {
+                    k: start.get(k, 0) + (top.get(k, 0) - start.get(k, 0)) * j // layers
+                    for k in set(start) | set(top)
+                },
+            )
+        )
         labels.append(f"forward, {j} of {layers} layers")
     for moment in fws:
         moments.append(("forward", moment))

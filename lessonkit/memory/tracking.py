@@ -14,8 +14,9 @@ from __future__ import annotations
 import contextlib
 import math
 import weakref
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
@@ -88,8 +89,13 @@ class Tracker(TorchDispatchMode):
         self._host_keys: set[int] = set()
 
     # ----- recording ----------------------------------------------------------------------
-    def add(self, tensor: torch.Tensor, phase: str | None = None, label_: str | None = None,
-            copy_of_weight: bool = False) -> None:
+    def add(
+        self,
+        tensor: torch.Tensor,
+        phase: str | None = None,
+        label_: str | None = None,
+        copy_of_weight: bool = False,
+    ) -> None:
         """Start following ``tensor``'s storage (no-op when already followed)."""
         if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
             return
@@ -107,10 +113,15 @@ class Tracker(TorchDispatchMode):
         if (label_ or (_LABELS[-1] if _LABELS else None)) == OFFLOADED:
             self._add_host(storage, nbytes)
             return
-        record = Record(nbytes=nbytes, born=len(self.events), phase=phase or self.phase,
-                        shape=tuple(tensor.shape),
-                        label=label_ or (_LABELS[-1] if _LABELS else None),
-                        copy_of_weight=copy_of_weight, key=key)
+        record = Record(
+            nbytes=nbytes,
+            born=len(self.events),
+            phase=phase or self.phase,
+            shape=tuple(tensor.shape),
+            label=label_ or (_LABELS[-1] if _LABELS else None),
+            copy_of_weight=copy_of_weight,
+            key=key,
+        )
         self.live[key] = record
         self.records.append(record)
         self.events.append((nbytes, self._phase_index()))
@@ -141,15 +152,20 @@ class Tracker(TorchDispatchMode):
                 return
             self._free(record)
         if storage.nbytes():
-            record = Record(nbytes=storage.nbytes(), born=len(self.events), phase=self.phase,
-                            shape=(storage.nbytes(),), label=_LABELS[-1] if _LABELS else None,
-                            key=storage._cdata)
+            record = Record(
+                nbytes=storage.nbytes(),
+                born=len(self.events),
+                phase=self.phase,
+                shape=(storage.nbytes(),),
+                label=_LABELS[-1] if _LABELS else None,
+                key=storage._cdata,
+            )
             self.live[record.key] = record
             self.records.append(record)
             self.events.append((record.nbytes, self._phase_index()))
             self._refs[id(record)] = weakref.ref(storage, lambda _ref, r=record: self._free(r))
 
-    def __enter__(self) -> "Tracker":
+    def __enter__(self) -> Tracker:
         original = self._original_resize = torch.UntypedStorage.resize_
 
         def resize_(storage: torch.UntypedStorage, size: int) -> Any:
@@ -183,8 +199,9 @@ class Tracker(TorchDispatchMode):
         self.phase = phase
         self.events.append((0, self._phase_index()))
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         out = func(*args, **(kwargs or {}))
         copy_of_weight = False
         if func in _COPY_OPS and args and isinstance(args[0], torch.Tensor):
@@ -212,8 +229,9 @@ class Tracker(TorchDispatchMode):
         """Records live just after event number ``event``."""
         return [r for r in self.records if r.born <= event < r.died]
 
-    def composition(self, event: int, groups: dict[str, set[int]],
-                    vocab_size: int) -> dict[str, int]:
+    def composition(
+        self, event: int, groups: dict[str, set[int]], vocab_size: int
+    ) -> dict[str, int]:
         """Bytes by category of the storages live just after ``event``.
 
         ``groups`` maps a category to the storage keys it owns at the end of the step (weights,
@@ -225,8 +243,9 @@ class Tracker(TorchDispatchMode):
             out[category] = out.get(category, 0) + record.nbytes
         return out
 
-    def moments(self, groups: dict[str, set[int]],
-                vocab_size: int) -> Iterator[tuple[str, dict[str, int]]]:
+    def moments(
+        self, groups: dict[str, set[int]], vocab_size: int
+    ) -> Iterator[tuple[str, dict[str, int]]]:
         """(phase, bytes by category) after each event of the step's phases (not "setup" or
         "end"), in order: the live storages, categorised as ``composition`` does."""
         change: dict[int, tuple[str, int]] = {}
@@ -310,6 +329,7 @@ def fsdp_buffers_are_temporaries(active: bool) -> Iterator[None]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             with label("temporaries"):
                 return method(*args, **kwargs)
+
         return wrapper
 
     for name, method in originals.items():
@@ -319,4 +339,3 @@ def fsdp_buffers_are_temporaries(active: bool) -> Iterator[None]:
     finally:
         for name, method in originals.items():
             setattr(FSDPParamGroup, name, method)
-

@@ -10,8 +10,9 @@ where fields belong, a head count of 0 or "32") is a LessonkitError that says wh
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import LessonkitError
 from ..safe_repr import short_repr, short_str
@@ -34,15 +35,19 @@ def read_hf_config(config: object) -> tuple[dict[str, Any], str | None]:
     if callable(getattr(config, "to_dict", None)):  # a transformers PretrainedConfig
         data = config.to_dict()
         if not isinstance(data, dict):
-            raise LessonkitError(f"{type(config).__name__}.to_dict() gave "
-                                 f"{type(data).__name__}, not a dict of config fields.")
+            raise LessonkitError(
+                f"{type(config).__name__}.to_dict() gave "
+                f"{type(data).__name__}, not a dict of config fields."
+            )
         return data, None
     raise LessonkitError(f"from_hf_config takes a path or a dict, got {type(config).__name__}.")
 
 
 def _read_file(config: str | Path) -> tuple[dict[str, Any], str]:
     if not str(config).strip():
-        raise LessonkitError("The config path is empty: give a config.json or the folder holding it.")
+        raise LessonkitError(
+            "The config path is empty: give a config.json or the folder holding it."
+        )
     path = Path(config)
     shown = short_repr(str(path), 120)
     try:
@@ -61,13 +66,17 @@ def _read_file(config: str | Path) -> tuple[dict[str, Any], str]:
         reason = getattr(err, "strerror", None) or short_str(err, 120)
         raise LessonkitError(f"Cannot read the config {shown}: {reason}.") from None
     if len(raw) > MAX_CONFIG_BYTES:
-        raise LessonkitError(f"{shown} is over {MAX_CONFIG_BYTES // 2**20} MiB: not a config.json "
-                             "(those are a few kilobytes of JSON).")
+        raise LessonkitError(
+            f"{shown} is over {MAX_CONFIG_BYTES // 2**20} MiB: not a config.json "
+            "(those are a few kilobytes of JSON)."
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise LessonkitError(f"{shown} is not UTF-8 text (byte {err.start} is "
-                             f"{raw[err.start]:#04x}): a config.json is JSON.") from None
+        raise LessonkitError(
+            f"{shown} is not UTF-8 text (byte {err.start} is "
+            f"{raw[err.start]:#04x}): a config.json is JSON."
+        ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -75,8 +84,10 @@ def _read_file(config: str | Path) -> tuple[dict[str, Any], str]:
     except (ValueError, RecursionError) as err:  # nested too deeply, an integer too long
         raise LessonkitError(f"{shown} is not a readable config: {short_str(err, 120)}.") from None
     if not isinstance(data, dict):
-        raise LessonkitError(f"{shown} holds a JSON {_json_kind(data)}, not an object of config "
-                             "fields such as model_type and hidden_size.")
+        raise LessonkitError(
+            f"{shown} holds a JSON {_json_kind(data)}, not an object of config "
+            "fields such as model_type and hidden_size."
+        )
     return data, path.parent.name or "model"
 
 
@@ -93,8 +104,9 @@ def _whole(data: Mapping[str, Any], key: str, family: str, default: Any = _MISSI
             raise LessonkitError(f"The {family} config lacks the field {key!r}.")
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise LessonkitError(f"{key} in the {family} config must be a whole number >= 1, "
-                             f"got {short_repr(value)}.")
+        raise LessonkitError(
+            f"{key} in the {family} config must be a whole number >= 1, got {short_repr(value)}."
+        )
     return value
 
 
@@ -103,8 +115,9 @@ def _flag(data: Mapping[str, Any], key: str, family: str, default: bool) -> bool
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise LessonkitError(f"{key} in the {family} config must be true or false, "
-                             f"got {short_repr(value)}.")
+        raise LessonkitError(
+            f"{key} in the {family} config must be true or false, got {short_repr(value)}."
+        )
     return value
 
 
@@ -113,8 +126,9 @@ def _text(data: Mapping[str, Any], keys: tuple[str, ...], family: str, default: 
         value = data.get(key)
         if value is not None:
             if not isinstance(value, str):
-                raise LessonkitError(f"{key} in the {family} config must be a string, "
-                                     f"got {short_repr(value)}.")
+                raise LessonkitError(
+                    f"{key} in the {family} config must be a string, got {short_repr(value)}."
+                )
             return value
     return default
 
@@ -134,11 +148,19 @@ def spec_fields(data: Mapping[str, Any], name: str | None = None) -> dict[str, A
         hidden = _whole(data, "n_embd", family, 768)
         heads = _whole(data, "n_head", family, 12)
         return dict(
-            name=name, family="gpt2", n_layers=_whole(data, "n_layer", family, 12),
-            hidden_size=hidden, n_heads=heads, n_kv_heads=heads,
+            name=name,
+            family="gpt2",
+            n_layers=_whole(data, "n_layer", family, 12),
+            hidden_size=hidden,
+            n_heads=heads,
+            n_kv_heads=heads,
             intermediate_size=_whole(data, "n_inner", family, 4 * hidden),
-            vocab_size=_whole(data, "vocab_size", family, 50257), tie_embeddings=True,
-            gated_mlp=False, norm="layernorm", attention_bias="all", mlp_bias=True,
+            vocab_size=_whole(data, "vocab_size", family, 50257),
+            tie_embeddings=True,
+            gated_mlp=False,
+            norm="layernorm",
+            attention_bias="all",
+            mlp_bias=True,
             max_positions=_whole(data, "n_positions", family, 1024),
             hidden_act=_text(data, ("activation_function",), family, "gelu_new"),
         )
@@ -146,21 +168,29 @@ def spec_fields(data: Mapping[str, Any], name: str | None = None) -> dict[str, A
     hidden = _whole(data, "hidden_size", family)
     heads = _whole(data, "num_attention_heads", family)
     if data.get("head_dim") is None and hidden < heads:
-        raise LessonkitError(f"hidden_size ({hidden}) in the {family} config is smaller than "
-                             f"num_attention_heads ({heads}), and no head_dim is given.")
+        raise LessonkitError(
+            f"hidden_size ({hidden}) in the {family} config is smaller than "
+            f"num_attention_heads ({heads}), and no head_dim is given."
+        )
     attention_bias = "none"
     if family == "qwen2":
         attention_bias = "qkv"
     elif _flag(data, "attention_bias", family, False):
         attention_bias = "all"
     return dict(
-        name=name, family=family, n_layers=layers, hidden_size=hidden, n_heads=heads,
+        name=name,
+        family=family,
+        n_layers=layers,
+        hidden_size=hidden,
+        n_heads=heads,
         n_kv_heads=_whole(data, "num_key_value_heads", family, heads),
         head_dim=_whole(data, "head_dim", family, hidden // heads),
         intermediate_size=_whole(data, "intermediate_size", family),
         vocab_size=_whole(data, "vocab_size", family),
         tie_embeddings=_flag(data, "tie_word_embeddings", family, family in ("gemma", "gemma2")),
-        gated_mlp=True, norm="rmsnorm", attention_bias=attention_bias,
+        gated_mlp=True,
+        norm="rmsnorm",
+        attention_bias=attention_bias,
         mlp_bias=_flag(data, "mlp_bias", family, False),
         hidden_act=_text(data, ("hidden_act", "hidden_activation"), family, "silu"),
         extra={k: data[k] for k in ("final_logit_softcapping", "sliding_window") if k in data},
@@ -171,18 +201,29 @@ def hf_config_from_spec(spec: Any) -> Any:
     """A transformers config that builds a model of this shape (a ModelSpec)."""
     import transformers
 
-    common = dict(vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_embeddings,
-                  use_cache=False)
+    common = dict(
+        vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_embeddings, use_cache=False
+    )
     if spec.family == "gpt2":
         return transformers.GPT2Config(
-            n_embd=spec.hidden_size, n_layer=spec.n_layers, n_head=spec.n_heads,
-            n_inner=spec.intermediate_size, n_positions=spec.max_positions,
+            n_embd=spec.hidden_size,
+            n_layer=spec.n_layers,
+            n_head=spec.n_heads,
+            n_inner=spec.intermediate_size,
+            n_positions=spec.max_positions,
             activation_function=spec.hidden_act if spec.hidden_act in _GELU_ACTS else "gelu_new",
-            **common)
-    fields = dict(hidden_size=spec.hidden_size, num_hidden_layers=spec.n_layers,
-                  num_attention_heads=spec.n_heads, num_key_value_heads=spec.n_kv_heads,
-                  intermediate_size=spec.intermediate_size, head_dim=spec.head_dim,
-                  hidden_act=spec.hidden_act, **common)
+            **common,
+        )
+    fields = dict(
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.n_layers,
+        num_attention_heads=spec.n_heads,
+        num_key_value_heads=spec.n_kv_heads,
+        intermediate_size=spec.intermediate_size,
+        head_dim=spec.head_dim,
+        hidden_act=spec.hidden_act,
+        **common,
+    )
     if spec.family in ("llama", "mistral"):
         cls = transformers.LlamaConfig if spec.family == "llama" else transformers.MistralConfig
         if spec.family == "llama":

@@ -43,5 +43,8 @@ def usual_recipe(recipe: str = "trainer") -> dict[str, Any]:
 
 def not_modelled(recipe: str) -> list[str]:
     """The recipe's defaults the estimate does not model, with why (their sources say)."""
-    return [f"{d['setting']}={d['value']!r}: {d['source']}" for d in recipe_defaults(recipe)
-            if d["estimate"] is None]
+    return [
+        f"{d['setting']}={d['value']!r}: {d['source']}"
+        for d in recipe_defaults(recipe)
+        if d["estimate"] is None
+    ]

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from ..errors import LessonkitError, normalise_name, unknown_name_message
-from .hf_config import FAMILIES, hf_config_from_spec, read_hf_config, spec_fields
 from ..safe_repr import short_repr
 from ..units import parse_count
+from .hf_config import FAMILIES, hf_config_from_spec, read_hf_config, spec_fields
+
 # Linear layers per family, in the names peft uses for ``target_modules``.
 LINEAR_MODULES = {
     "gpt2": ("c_attn", "c_proj", "c_fc"),
@@ -31,13 +33,25 @@ class _DefaultTargets(tuple):
 
 DEFAULT_LORA_TARGETS = _DefaultTargets(PEFT_DEFAULT_TARGETS["default"])
 # Where transformers puts each peft-named linear layer inside a decoder layer.
-_LINEAR_PATHS = {"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj",
-                 "v_proj": "self_attn.v_proj", "o_proj": "self_attn.o_proj",
-                 "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj",
-                 "down_proj": "mlp.down_proj", "c_attn": "attn.c_attn",
-                 "attn.c_proj": "attn.c_proj", "c_fc": "mlp.c_fc", "mlp.c_proj": "mlp.c_proj"}
-_NORM_NAMES = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-               "post_feedforward_layernorm")
+_LINEAR_PATHS = {
+    "q_proj": "self_attn.q_proj",
+    "k_proj": "self_attn.k_proj",
+    "v_proj": "self_attn.v_proj",
+    "o_proj": "self_attn.o_proj",
+    "gate_proj": "mlp.gate_proj",
+    "up_proj": "mlp.up_proj",
+    "down_proj": "mlp.down_proj",
+    "c_attn": "attn.c_attn",
+    "attn.c_proj": "attn.c_proj",
+    "c_fc": "mlp.c_fc",
+    "mlp.c_proj": "mlp.c_proj",
+}
+_NORM_NAMES = (
+    "input_layernorm",
+    "post_attention_layernorm",
+    "pre_feedforward_layernorm",
+    "post_feedforward_layernorm",
+)
 NORMS = ("rmsnorm", "layernorm")
 ATTENTION_BIASES = ("none", "qkv", "all")
 # The largest dimension a ModelSpec takes: far above any model made (hidden sizes reach tens
@@ -96,24 +110,40 @@ class ModelSpec:
             )
         for name in ("name", "hidden_act", "note"):
             if not isinstance(getattr(self, name), str):
-                raise LessonkitError(f"ModelSpec.{name} must be a string, "
-                                     f"got {short_repr(getattr(self, name))}.")
-        dimensions = ["n_layers", "hidden_size", "n_heads", "n_kv_heads", "intermediate_size",
-                      "vocab_size"] + (["head_dim"] if self.head_dim is not None else [])
+                raise LessonkitError(
+                    f"ModelSpec.{name} must be a string, got {short_repr(getattr(self, name))}."
+                )
+        dimensions = [
+            "n_layers",
+            "hidden_size",
+            "n_heads",
+            "n_kv_heads",
+            "intermediate_size",
+            "vocab_size",
+        ] + (["head_dim"] if self.head_dim is not None else [])
         for name in dimensions + ["max_positions"]:
             value, least = getattr(self, name), 0 if name == "max_positions" else 1
-            if (isinstance(value, bool) or not isinstance(value, int)
-                    or not least <= value <= MAX_DIMENSION):
-                raise LessonkitError(f"ModelSpec.{name} must be a whole number from {least} to "
-                                     f"{MAX_DIMENSION:,}, got {short_repr(value)}.")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not least <= value <= MAX_DIMENSION
+            ):
+                raise LessonkitError(
+                    f"ModelSpec.{name} must be a whole number from {least} to "
+                    f"{MAX_DIMENSION:,}, got {short_repr(value)}."
+                )
         for name in ("tie_embeddings", "gated_mlp", "mlp_bias"):
             if not isinstance(getattr(self, name), bool):
-                raise LessonkitError(f"ModelSpec.{name} must be True or False, "
-                                     f"got {short_repr(getattr(self, name))}.")
+                raise LessonkitError(
+                    f"ModelSpec.{name} must be True or False, "
+                    f"got {short_repr(getattr(self, name))}."
+                )
         for name, allowed in (("norm", NORMS), ("attention_bias", ATTENTION_BIASES)):
             if not isinstance(getattr(self, name), str) or getattr(self, name) not in allowed:
-                raise LessonkitError(f"ModelSpec.{name} must be one of {', '.join(allowed)}, "
-                                     f"got {short_repr(getattr(self, name))}.")
+                raise LessonkitError(
+                    f"ModelSpec.{name} must be one of {', '.join(allowed)}, "
+                    f"got {short_repr(getattr(self, name))}."
+                )
         if not isinstance(self.extra, Mapping):
             raise LessonkitError(f"ModelSpec.extra must be a dict, got {short_repr(self.extra)}.")
         if self.n_heads % self.n_kv_heads:
@@ -122,7 +152,9 @@ class ModelSpec:
             )
         if self.head_dim is None:
             if self.hidden_size % self.n_heads:
-                raise LessonkitError("hidden_size must be divisible by n_heads when head_dim is not given.")
+                raise LessonkitError(
+                    "hidden_size must be divisible by n_heads when head_dim is not given."
+                )
             object.__setattr__(self, "head_dim", self.hidden_size // self.n_heads)
 
     # ----- parameter counts -------------------------------------------------------------
@@ -139,9 +171,18 @@ class ModelSpec:
         h, i = self.hidden_size, self.intermediate_size
         if self.family == "gpt2":
             # GPT-2's "c_proj" names both the attention output and the MLP output.
-            return {"c_attn": (h, 3 * h), "attn.c_proj": (h, h), "c_fc": (h, i), "mlp.c_proj": (i, h)}
-        shapes = {"q_proj": (h, self.q_size), "k_proj": (h, self.kv_size),
-                  "v_proj": (h, self.kv_size), "o_proj": (self.q_size, h)}
+            return {
+                "c_attn": (h, 3 * h),
+                "attn.c_proj": (h, h),
+                "c_fc": (h, i),
+                "mlp.c_proj": (i, h),
+            }
+        shapes = {
+            "q_proj": (h, self.q_size),
+            "k_proj": (h, self.kv_size),
+            "v_proj": (h, self.kv_size),
+            "o_proj": (self.q_size, h),
+        }
         if self.gated_mlp:
             shapes.update(gate_proj=(h, i), up_proj=(h, i), down_proj=(i, h))
         else:
@@ -163,29 +204,42 @@ class ModelSpec:
 
         def norm(name: str) -> list[ParamTensor]:
             out = [ParamTensor(f"{name}.weight", (h,), "norm")]
-            return out + ([ParamTensor(f"{name}.bias", (h,), "norm")]
-                          if self.norm == "layernorm" else [])
+            return out + (
+                [ParamTensor(f"{name}.bias", (h,), "norm")] if self.norm == "layernorm" else []
+            )
 
         linears, biases = [], []
         for key, (n_in, n_out) in self.linear_shapes().items():
             path = _LINEAR_PATHS[key]
             # GPT-2's Conv1D stores (in, out); nn.Linear stores (out, in)
-            linears.append(ParamTensor(f"{path}.weight", (n_in, n_out) if gpt2 else (n_out, n_in),
-                                       "linear"))
+            linears.append(
+                ParamTensor(f"{path}.weight", (n_in, n_out) if gpt2 else (n_out, n_in), "linear")
+            )
             attention = path.startswith(("self_attn.", "attn."))
-            has_bias = (self.attention_bias == "all" or (self.attention_bias == "qkv"
-                        and key in ("q_proj", "k_proj", "v_proj"))) if attention else self.mlp_bias
+            has_bias = (
+                (
+                    self.attention_bias == "all"
+                    or (self.attention_bias == "qkv" and key in ("q_proj", "k_proj", "v_proj"))
+                )
+                if attention
+                else self.mlp_bias
+            )
             if has_bias:
                 biases.append(ParamTensor(f"{path}.bias", (n_out,), "bias"))
         if gpt2:  # every Conv1D has a bias
             paired = [t for pair in zip(linears, biases) for t in pair]
             layer = norm("ln_1") + paired[:4] + norm("ln_2") + paired[4:]
-            outer = [ParamTensor("transformer.wte.weight", (self.vocab_size, h), "embed"),
-                     ParamTensor("transformer.wpe.weight", (self.max_positions, h), "embed")]
+            outer = [
+                ParamTensor("transformer.wte.weight", (self.vocab_size, h), "embed"),
+                ParamTensor("transformer.wpe.weight", (self.max_positions, h), "embed"),
+            ]
             outer += norm("transformer.ln_f")
         else:
-            layer = linears + biases + [t for name in _NORM_NAMES[:self.norms_per_layer]
-                                        for t in norm(name)]
+            layer = (
+                linears
+                + biases
+                + [t for name in _NORM_NAMES[: self.norms_per_layer] for t in norm(name)]
+            )
             outer = [ParamTensor("model.embed_tokens.weight", (self.vocab_size, h), "embed")]
             outer += norm("model.norm")
         if not self.tie_embeddings:
@@ -194,8 +248,9 @@ class ModelSpec:
 
     def _count(self, *kinds: str) -> int:
         tensors = self.parameter_tensors()
-        return (self.n_layers * sum(math.prod(t.shape) for t in tensors.layer if t.kind in kinds)
-                + sum(math.prod(t.shape) for t in tensors.outer if t.kind in kinds))
+        return self.n_layers * sum(
+            math.prod(t.shape) for t in tensors.layer if t.kind in kinds
+        ) + sum(math.prod(t.shape) for t in tensors.outer if t.kind in kinds)
 
     @property
     def norm_params(self) -> int:
@@ -233,8 +288,11 @@ class ModelSpec:
         chosen = []
         for target in targets:
             if target not in allowed:
-                raise LessonkitError(unknown_name_message(target, allowed + ("all-linear",),
-                                                          f"LoRA target for {self.family}"))
+                raise LessonkitError(
+                    unknown_name_message(
+                        target, allowed + ("all-linear",), f"LoRA target for {self.family}"
+                    )
+                )
             chosen += [s for key, s in shapes.items() if key.split(".")[-1] == target]
         return chosen
 
@@ -256,8 +314,10 @@ class ModelSpec:
         default = self.default_lora_targets
         if tuple(targets) != default or default == PEFT_DEFAULT_TARGETS["default"]:
             return ""
-        return (f"{self.family} has no q_proj/v_proj: LoRA goes on {', '.join(default)}, "
-                f"peft's default target for {self.family}.")
+        return (
+            f"{self.family} has no q_proj/v_proj: LoRA goes on {', '.join(default)}, "
+            f"peft's default target for {self.family}."
+        )
 
     def lora_params(self, rank: int, targets: tuple[str, ...] | str) -> int:
         """Trainable parameters of LoRA adapters: rank x (in + out) per targeted layer."""
@@ -270,7 +330,9 @@ class ModelSpec:
         return data
 
     @classmethod
-    def from_hf_config(cls, config: str | Path | Mapping[str, Any], name: str | None = None) -> "ModelSpec":
+    def from_hf_config(
+        cls, config: str | Path | Mapping[str, Any], name: str | None = None
+    ) -> ModelSpec:
         """Read a Hugging Face ``config.json`` (a path, its folder or a dict); no network is used.
         A config that cannot be read or holds bad fields is a LessonkitError saying which."""
         data, folder = read_hf_config(config)
@@ -298,7 +360,7 @@ def preset_names() -> list[str]:
     return list(_preset_data())
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_preset(name: str) -> ModelSpec:
     """A preset by name, forgiving case and separators ('Llama-2-7B', 'llama2 7b')."""
     by_key = {}
@@ -326,9 +388,12 @@ def spec_for_size(n_params: float) -> ModelSpec:
         if entry.get("represents_size"):
             spec = get_preset(name)
             if abs(spec.n_params - n_params) <= 0.15 * n_params:
-                return replace(spec, name=f"{size} ({name} shape)",
-                               note=f"A bare size of {size} is shown as {name} "
-                                    f"({spec.n_params / 1e9:.2f}B parameters).")
+                return replace(
+                    spec,
+                    name=f"{size} ({name} shape)",
+                    note=f"A bare size of {size} is shown as {name} "
+                    f"({spec.n_params / 1e9:.2f}B parameters).",
+                )
     return _synthetic_llama(n_params, size)
 
 
@@ -345,12 +410,22 @@ def _synthetic_llama(n_params: float, size: str) -> ModelSpec:
     inter = int(math.ceil(hidden * 8 / 3 / 256) * 256)
     per_layer = 4 * hidden * hidden + 3 * hidden * inter + 2 * hidden
     layers = max(1, round((n_params - 2 * vocab * hidden - hidden) / per_layer))
-    spec = ModelSpec(name=f"{size} (Llama-style shape)", family="llama", n_layers=layers,
-                     hidden_size=hidden, n_heads=heads, n_kv_heads=heads,
-                     intermediate_size=inter, vocab_size=vocab)
-    return replace(spec, note=f"A bare size of {size} is shown as a Llama-style shape: "
-                              f"{layers} layers of width {hidden} "
-                              f"({spec.n_params / 1e9:.2f}B parameters).")
+    spec = ModelSpec(
+        name=f"{size} (Llama-style shape)",
+        family="llama",
+        n_layers=layers,
+        hidden_size=hidden,
+        n_heads=heads,
+        n_kv_heads=heads,
+        intermediate_size=inter,
+        vocab_size=vocab,
+    )
+    return replace(
+        spec,
+        note=f"A bare size of {size} is shown as a Llama-style shape: "
+        f"{layers} layers of width {hidden} "
+        f"({spec.n_params / 1e9:.2f}B parameters).",
+    )
 
 
 def _format_count(n: float) -> str:
@@ -372,11 +447,15 @@ def resolve_model(model: object) -> ModelSpec:
             return spec_for_size(math.inf)
     if isinstance(model, str):
         if not model.strip():
-            raise LessonkitError("The model name is empty: give a preset name (e.g. 'llama-2-7b'), "
-                                 "a size in parameters ('7B') or a config.json path.")
+            raise LessonkitError(
+                "The model name is empty: give a preset name (e.g. 'llama-2-7b'), "
+                "a size in parameters ('7B') or a config.json path."
+            )
         if len(model) > _MAX_NAME:
-            raise LessonkitError(f"A model name or path of {len(model):,} characters is too long "
-                                 f"(at most {_MAX_NAME:,}): {short_repr(model)}.")
+            raise LessonkitError(
+                f"A model name or path of {len(model):,} characters is too long "
+                f"(at most {_MAX_NAME:,}): {short_repr(model)}."
+            )
         try:
             return get_preset(model)
         except LessonkitError as unknown:
@@ -389,13 +468,15 @@ def resolve_model(model: object) -> ModelSpec:
             try:
                 return spec_for_size(size)
             except LessonkitError as out_of_range:
-                raise LessonkitError(f"{out_of_range} A size counts parameters: '7B', '1.5B', "
-                                     "'350M' (not GB).") from None
+                raise LessonkitError(
+                    f"{out_of_range} A size counts parameters: '7B', '1.5B', '350M' (not GB)."
+                ) from None
         if model.endswith(".json") or _is_path(model):
             return ModelSpec.from_hf_config(model)
         nowhere = " Nor is it a file or folder here." if "/" in model or "\\" in model else ""
-        raise LessonkitError(f"{not_a_preset} Or a size in parameters: '7B', '1.5B', '350M' "
-                             f"(not GB).{nowhere}")
+        raise LessonkitError(
+            f"{not_a_preset} Or a size in parameters: '7B', '1.5B', '350M' (not GB).{nowhere}"
+        )
     try:
         shown = repr(model)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."

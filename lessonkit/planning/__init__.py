@@ -11,5 +11,14 @@ from .recommender import recommend
 from .training_objects import describe_run
 from .verdicts import full_on_one_a100
 
-__all__ = ["TIGHT_FRACTION", "describe_run", "find_fit", "fit_changes", "full_on_one_a100",
-           "method_label", "method_settings", "oom_doctor", "recommend"]
+__all__ = [
+    "TIGHT_FRACTION",
+    "describe_run",
+    "find_fit",
+    "fit_changes",
+    "full_on_one_a100",
+    "method_label",
+    "method_settings",
+    "oom_doctor",
+    "recommend",
+]

@@ -133,8 +133,11 @@ def usual_precision(method: str, native_bf16: bool = True) -> str:
 
 def method_settings(method: str, native_bf16: bool = True) -> dict[str, Any]:
     """The estimate() keywords used for a method (see the module docstring)."""
-    return {"method": method, "precision": usual_precision(method, native_bf16),
-            "optimizer": "adamw"}
+    return {
+        "method": method,
+        "precision": usual_precision(method, native_bf16),
+        "optimizer": "adamw",
+    }
 
 
 def method_label(method: str, native_bf16: bool = True) -> str:
@@ -159,11 +162,17 @@ def _cached_estimate(model: Any, key: tuple[tuple[str, type, Any], ...]) -> Any:
 
 def _copy(report: Any) -> Any:
     """A report a caller may change: its dicts and lists are new (settings one level deep)."""
-    settings = {name: copy.copy(value) if isinstance(value, (dict, list, set)) else value
-                for name, value in report.settings.items()}
-    return dataclasses.replace(report, settings=settings, breakdown=dict(report.breakdown),
-                               phase_peaks=dict(report.phase_peaks),
-                               assumptions=list(report.assumptions))
+    settings = {
+        name: copy.copy(value) if isinstance(value, (dict, list, set)) else value
+        for name, value in report.settings.items()
+    }
+    return dataclasses.replace(
+        report,
+        settings=settings,
+        breakdown=dict(report.breakdown),
+        phase_peaks=dict(report.phase_peaks),
+        assumptions=list(report.assumptions),
+    )
 
 
 def estimate_cached(model: Any, **settings: Any) -> Any:
@@ -190,14 +199,30 @@ def clear_estimate_cache() -> None:
 
 
 @lru_cache(maxsize=8192)
-def _estimate(spec: ModelSpec, method: str, native_bf16: bool, count: int, zero: int,
-              batch: int, seq: int, ckpt: bool) -> Any:
+def _estimate(
+    spec: ModelSpec,
+    method: str,
+    native_bf16: bool,
+    count: int,
+    zero: int,
+    batch: int,
+    seq: int,
+    ckpt: bool,
+) -> Any:
     """One try of find_fit, cached and shared: read it, never change it (Fit.report hands out
     copies)."""
     from ..memory.estimating import estimate
 
-    return estimate(spec, **method_settings(method, native_bf16), batch_size=batch, seq_len=seq,
-                    gradient_checkpointing=ckpt, n_gpus=count, zero_stage=zero, device="cuda")
+    return estimate(
+        spec,
+        **method_settings(method, native_bf16),
+        batch_size=batch,
+        seq_len=seq,
+        gradient_checkpointing=ckpt,
+        n_gpus=count,
+        zero_stage=zero,
+        device="cuda",
+    )
 
 
 def _batches(batch: int) -> list[tuple[int, bool]]:
@@ -209,9 +234,16 @@ def _batches(batch: int) -> list[tuple[int, bool]]:
     return tries
 
 
-def find_fit(spec: ModelSpec, method: str, usable_bytes: int, count: int = 1, *,
-             native_bf16: bool = True, batch_size: int = DEFAULT_BATCH,
-             seq_len: int = DEFAULT_SEQ) -> Fit | None:
+def find_fit(
+    spec: ModelSpec,
+    method: str,
+    usable_bytes: int,
+    count: int = 1,
+    *,
+    native_bf16: bool = True,
+    batch_size: int = DEFAULT_BATCH,
+    seq_len: int = DEFAULT_SEQ,
+) -> Fit | None:
     """The first configuration that fits (largest batch, checkpointing only if needed).
 
     When nothing fits, the last (smallest) configuration tried, whose ``fits`` is False; None
@@ -223,28 +255,49 @@ def find_fit(spec: ModelSpec, method: str, usable_bytes: int, count: int = 1, *,
     fit = None
     for batch, ckpt in _batches(batch_size):
         report = _estimate(spec, method, native_bf16, count, zero, batch, seq_len, ckpt)
-        fit = Fit(method, count, int(usable_bytes), batch, seq_len, ckpt, zero,
-                  int(report.total_bytes), report)
+        fit = Fit(
+            method,
+            count,
+            int(usable_bytes),
+            batch,
+            seq_len,
+            ckpt,
+            zero,
+            int(report.total_bytes),
+            report,
+        )
         if fit.fits:
             return fit
     return fit
 
 
-def flops_per_token(spec: ModelSpec, method: str, seq_len: int = DEFAULT_SEQ,
-                    gradient_checkpointing: bool = False) -> float:
+def flops_per_token(
+    spec: ModelSpec, method: str, seq_len: int = DEFAULT_SEQ, gradient_checkpointing: bool = False
+) -> float:
     """Training FLOPs per token: the weights' matmuls plus attention over ``seq_len`` tokens."""
     weights = FLOPS_PER_PARAM[method] + (CHECKPOINT_FLOPS if gradient_checkpointing else 0)
     attention = ATTENTION_FLOPS + (ATTENTION_CHECKPOINT_FLOPS if gradient_checkpointing else 0)
-    return (weights * spec.n_params
-            + attention * spec.n_layers * spec.n_heads * spec.head_dim * seq_len)
+    return (
+        weights * spec.n_params + attention * spec.n_layers * spec.n_heads * spec.head_dim * seq_len
+    )
 
 
-def compute_hours(spec: ModelSpec, method: str, tokens: float, tflops: float, count: int = 1,
-                  mfu: float = DEFAULT_MFU, gradient_checkpointing: bool = False,
-                  seq_len: int = DEFAULT_SEQ) -> float:
+def compute_hours(
+    spec: ModelSpec,
+    method: str,
+    tokens: float,
+    tflops: float,
+    count: int = 1,
+    mfu: float = DEFAULT_MFU,
+    gradient_checkpointing: bool = False,
+    seq_len: int = DEFAULT_SEQ,
+) -> float:
     """Hours of training steps alone on ``tokens`` tokens (no start-up, no checkpoints)."""
-    seconds = (flops_per_token(spec, method, seq_len, gradient_checkpointing) * tokens
-               / (count * tflops * 1e12 * mfu))
+    seconds = (
+        flops_per_token(spec, method, seq_len, gradient_checkpointing)
+        * tokens
+        / (count * tflops * 1e12 * mfu)
+    )
     if method == "qlora":
         seconds *= QLORA_SLOWDOWN
     return seconds / 3600
@@ -258,9 +311,17 @@ def overhead_hours(spec: ModelSpec, method: str, train_hours: float, sessions: i
     return sessions * startup + int(train_hours) * save
 
 
-def run_hours(spec: ModelSpec, method: str, tokens: float, tflops: float, count: int = 1,
-              mfu: float = DEFAULT_MFU, gradient_checkpointing: bool = False,
-              seq_len: int = DEFAULT_SEQ, sessions: int = 1) -> float:
+def run_hours(
+    spec: ModelSpec,
+    method: str,
+    tokens: float,
+    tflops: float,
+    count: int = 1,
+    mfu: float = DEFAULT_MFU,
+    gradient_checkpointing: bool = False,
+    seq_len: int = DEFAULT_SEQ,
+    sessions: int = 1,
+) -> float:
     """Hours a run on ``tokens`` tokens takes with ``count`` GPUs of ``tflops`` dense TFLOPS
     each: the training steps (attention included) plus start-up and checkpoint saves."""
     steps = compute_hours(spec, method, tokens, tflops, count, mfu, gradient_checkpointing, seq_len)
@@ -271,22 +332,37 @@ def rentable_gpus() -> list[GPU]:
     return [g for g in list_gpus() if g.price_per_hour is not None]
 
 
-def smallest_setups(spec: ModelSpec, method: str, *, batch_size: int = DEFAULT_BATCH,
-                    seq_len: int = DEFAULT_SEQ) -> dict[str, tuple[GPU, Fit] | None]:
+def smallest_setups(
+    spec: ModelSpec, method: str, *, batch_size: int = DEFAULT_BATCH, seq_len: int = DEFAULT_SEQ
+) -> dict[str, tuple[GPU, Fit] | None]:
     """Setups that fit: 'single' (smallest one GPU), 'a100' (fewest A100 80GB) and 'largest'
     (fewest of the largest-memory GPU, up to clusters of 1024). Values are None when none fits."""
     out: dict[str, tuple[GPU, Fit] | None] = {"single": None, "a100": None, "largest": None}
     for gpu in sorted(rentable_gpus(), key=lambda g: g.usable_bytes):
-        fit = find_fit(spec, method, gpu.usable_bytes, 1, native_bf16=gpu.native_bf16,
-                       batch_size=batch_size, seq_len=seq_len)
+        fit = find_fit(
+            spec,
+            method,
+            gpu.usable_bytes,
+            1,
+            native_bf16=gpu.native_bf16,
+            batch_size=batch_size,
+            seq_len=seq_len,
+        )
         if fit is not None and fit.fits:
             out["single"] = (gpu, fit)
             break
     largest = max(rentable_gpus(), key=lambda g: g.usable_bytes)
     for key, gpu in (("a100", get_gpu("A100 80GB")), ("largest", largest)):
         for count in NODE_COUNTS + CLUSTER_COUNTS:
-            fit = find_fit(spec, method, gpu.usable_bytes, count, native_bf16=gpu.native_bf16,
-                           batch_size=batch_size, seq_len=seq_len)
+            fit = find_fit(
+                spec,
+                method,
+                gpu.usable_bytes,
+                count,
+                native_bf16=gpu.native_bf16,
+                batch_size=batch_size,
+                seq_len=seq_len,
+            )
             if fit is None:
                 break
             if fit.fits:
@@ -311,11 +387,15 @@ def needs_text(spec: ModelSpec, method: str, seq_len: int = DEFAULT_SEQ) -> str:
             break
     label = METHOD_WORDS[method]
     if not parts:
-        return (f"{label} of {spec.name} fits no GPU setup up to 1024 GPUs "
-                f"(one GPU would need {one.total_bytes / GiB:,.1f} GiB at batch 1 x {seq_len} with "
-                f"checkpointing)")
-    return (f"{label} needs {one.total_bytes / GiB:,.1f} GiB on one GPU (batch 1 x {seq_len} "
-            f"with checkpointing): {' or '.join(parts)}")
+        return (
+            f"{label} of {spec.name} fits no GPU setup up to 1024 GPUs "
+            f"(one GPU would need {one.total_bytes / GiB:,.1f} GiB at batch 1 x {seq_len} with "
+            f"checkpointing)"
+        )
+    return (
+        f"{label} needs {one.total_bytes / GiB:,.1f} GiB on one GPU (batch 1 x {seq_len} "
+        f"with checkpointing): {' or '.join(parts)}"
+    )
 
 
 # ----- changes that make a run fit ------------------------------------------------------------
@@ -323,8 +403,9 @@ def needs_text(spec: ModelSpec, method: str, seq_len: int = DEFAULT_SEQ) -> str:
 MIN_SEQ = 256  # a "shorter sequence" change goes down to this, and to a quarter at most
 
 
-def fix_candidates(settings: dict, native_bf16: bool = True,
-                   more: bool = False) -> list[list[dict]]:
+def fix_candidates(
+    settings: dict, native_bf16: bool = True, more: bool = False
+) -> list[list[dict]]:
     """Groups of changes to a run, least disruptive first; each group gives at most one fix.
     ``native_bf16`` is False for GPUs that only emulate bf16 (T4, V100): fp16 is usual there.
     ``more`` adds changes that alter what is trained or slow each step down: a shorter
@@ -332,7 +413,7 @@ def fix_candidates(settings: dict, native_bf16: bool = True,
     ckpt = {"gradient_checkpointing": True}
     batch, accum = settings["batch_size"], settings["gradient_accumulation"]
     smaller = []
-    for with_ckpt in ([False, True] if not settings["gradient_checkpointing"] else [False]):
+    for with_ckpt in [False, True] if not settings["gradient_checkpointing"] else [False]:
         b = batch // 2
         while b >= 1:
             # gradient accumulation keeps the effective batch
@@ -363,10 +444,15 @@ def fix_candidates(settings: dict, native_bf16: bool = True,
             shorter += [{"seq_len": seq}, {"seq_len": seq} | ckpt]
             seq //= 2
         groups.append(shorter)
-    for method in ("lora", "qlora")[("full", "lora", "qlora").index(settings["method"]):]:
+    for method in ("lora", "qlora")[("full", "lora", "qlora").index(settings["method"]) :]:
         switch = {"method": method, "precision": usual_precision(method, native_bf16)}
-        groups.append([switch, switch | ckpt,
-                       switch | ckpt | {"batch_size": 1, "gradient_accumulation": accum * batch}])
+        groups.append(
+            [
+                switch,
+                switch | ckpt,
+                switch | ckpt | {"batch_size": 1, "gradient_accumulation": accum * batch},
+            ]
+        )
     if more and not settings.get("offload_optimizer"):
         offload = {"zero_stage": max(2, settings.get("zero_stage", 0)), "offload_optimizer": True}
         if settings.get("no_sync") and offload["zero_stage"] == 2:
@@ -377,8 +463,14 @@ def fix_candidates(settings: dict, native_bf16: bool = True,
     return groups
 
 
-def fit_changes(model: Any, settings: dict, usable_bytes: float, limit: int = 2,
-                native_bf16: bool = True, more: bool = False) -> list[tuple[dict, Any]]:
+def fit_changes(
+    model: Any,
+    settings: dict,
+    usable_bytes: float,
+    limit: int = 2,
+    native_bf16: bool = True,
+    more: bool = False,
+) -> list[tuple[dict, Any]]:
     """Up to ``limit`` changes to a run that make it fit in ``usable_bytes``, cheapest first,
     as (changed estimate() keywords, MemoryReport) pairs; a change that only adds to one
     already found is left out. ``more``: see ``fix_candidates``."""
@@ -417,9 +509,12 @@ def change_flags(change: dict) -> str:
     return ", ".join(part for part in (" ".join(words), without) if part)
 
 
-def vram_fixes(model: object, settings: dict, usable_bytes: int, limit: int = 2,
-               native_bf16: bool = True) -> list:
+def vram_fixes(
+    model: object, settings: dict, usable_bytes: int, limit: int = 2, native_bf16: bool = True
+) -> list:
     """Up to ``limit`` changes to a run that make it fit in ``usable_bytes``, as
     (command-line flags, MemoryReport) pairs (``fit_changes``)."""
-    return [(change_flags(change), report)
-            for change, report in fit_changes(model, settings, usable_bytes, limit, native_bf16)]
+    return [
+        (change_flags(change), report)
+        for change, report in fit_changes(model, settings, usable_bytes, limit, native_bf16)
+    ]

@@ -16,22 +16,25 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
-from .oom_messages import WORDINGS, OOMMessage, parse_oom
 from ..units import GiB
+from .oom_messages import WORDINGS, OOMMessage, parse_oom
 
 MORE_FIXES = 5
 # "Large": reserved-but-unallocated or other processes' memory above this share of the card.
 LARGE_SHARE = 0.05
 MIN_LARGE = 512 * 2**20
-NOT_OOM = ("This is not an out-of-memory message I know. I expected the error PyTorch raises as "
-           "torch.OutOfMemoryError, e.g. 'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
-           "has a total capacity of 14.75 GiB of which 1.04 GiB is free. ...' (ROCm: 'HIP out "
-           "of memory ...', PyTorch 2.0 and earlier: '... (GPU 0; 15.78 GiB total capacity; "
-           "...)', a Mac: 'MPS backend out of memory ...'), the exception itself, or a "
-           "traceback or log that contains it.")
+NOT_OOM = (
+    "This is not an out-of-memory message I know. I expected the error PyTorch raises as "
+    "torch.OutOfMemoryError, e.g. 'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
+    "has a total capacity of 14.75 GiB of which 1.04 GiB is free. ...' (ROCm: 'HIP out "
+    "of memory ...', PyTorch 2.0 and earlier: '... (GPU 0; 15.78 GiB total capacity; "
+    "...)', a Mac: 'MPS backend out of memory ...'), the exception itself, or a "
+    "traceback or log that contains it."
+)
 
 
 def gib(n: float) -> str:
@@ -87,8 +90,10 @@ class Diagnosis:
             lines += ["What the message and the estimate show:"]
             lines += [f"  - {f}" for f in self.findings]
         if self.fixes:
-            lines.append("Changes to try, cheapest first" + (
-                " (estimated peak per GPU):" if any(f.peak_bytes for f in self.fixes) else ":"))
+            lines.append(
+                "Changes to try, cheapest first"
+                + (" (estimated peak per GPU):" if any(f.peak_bytes for f in self.fixes) else ":")
+            )
             lines += [f"  {i}. {fix.line()}" for i, fix in enumerate(self.fixes, 1)]
         lines += [f"  ! {p}" for p in self.problems]
         if self.notes:
@@ -102,19 +107,30 @@ class Diagnosis:
         return {
             "recognized": self.recognized,
             "message": self.message.to_dict() if self.message else None,
-            "findings": list(self.findings), "budget_bytes": self.budget_bytes,
+            "findings": list(self.findings),
+            "budget_bytes": self.budget_bytes,
             "estimated_peak_bytes": self.report.total_bytes if self.report else None,
-            "fixes": [{"key": f.key, "title": f.title, "how": f.how, "change": f.change,
-                       "peak_bytes": f.peak_bytes, "spare_bytes": f.spare_bytes}
-                      for f in self.fixes],
-            "notes": list(self.notes), "problems": list(self.problems),
+            "fixes": [
+                {
+                    "key": f.key,
+                    "title": f.title,
+                    "how": f.how,
+                    "change": f.change,
+                    "peak_bytes": f.peak_bytes,
+                    "spare_bytes": f.spare_bytes,
+                }
+                for f in self.fixes
+            ],
+            "notes": list(self.notes),
+            "problems": list(self.problems),
         }
 
 
 def _headline(m: OOMMessage) -> str:
     gpu = "the GPU" if m.device is None else f"GPU {m.device}"
     where = {"mps": "the Mac's GPU (MPS)", "cpu": "the computer's RAM"}.get(
-        m.backend, f"{gpu} ({m.backend.upper()})")
+        m.backend, f"{gpu} ({m.backend.upper()})"
+    )
     text = f"Out of memory on {where}, in the words of {WORDINGS[m.wording]}"
     if m.tried_bytes is not None:
         text += f": it tried to allocate {gib(m.tried_bytes)}"
@@ -168,34 +184,60 @@ def _message_fixes(m: OOMMessage, d: Diagnosis, others: int | None) -> tuple[lis
         if cause or unallocated >= max(share, MIN_LARGE):
             # the variable the message names (ROCm builds print either spelling)
             hint = m.alloc_conf_hint or ""
-            var = hint.split("=")[0] if "=" in hint else (
-                "PYTORCH_HIP_ALLOC_CONF" if m.backend == "hip" else "PYTORCH_CUDA_ALLOC_CONF")
+            var = (
+                hint.split("=")[0]
+                if "=" in hint
+                else ("PYTORCH_HIP_ALLOC_CONF" if m.backend == "hip" else "PYTORCH_CUDA_ALLOC_CONF")
+            )
             d.findings.append(
                 f"Fragmentation: PyTorch held {gib(unallocated)} reserved but unallocated"
-                + (f", more than the {gib(m.tried_bytes)} it asked for, but in pieces too small"
-                   if cause else "") + ".")
+                + (
+                    f", more than the {gib(m.tried_bytes)} it asked for, but in pieces too small"
+                    if cause
+                    else ""
+                )
+                + "."
+            )
             old = m.alloc_conf_hint == "max_split_size_mb"
-            fix = Fix("expandable_segments", "Let the allocator grow its segments (no change "
-                      "to training)", f"set {var}=expandable_segments:True before torch starts "
-                      "(os.environ in the first cell, or in the shell), then restart"
-                      + (" (this wording is from a PyTorch that suggested max_split_size_mb; "
-                         "use max_split_size_mb:128 if yours has no expandable_segments)"
-                         if old else ""))
+            fix = Fix(
+                "expandable_segments",
+                "Let the allocator grow its segments (no change to training)",
+                f"set {var}=expandable_segments:True before torch starts "
+                "(os.environ in the first cell, or in the shell), then restart"
+                + (
+                    " (this wording is from a PyTorch that suggested max_split_size_mb; "
+                    "use max_split_size_mb:128 if yours has no expandable_segments)"
+                    if old
+                    else ""
+                ),
+            )
             if cause:
                 first.append((unallocated, fix))
             else:
                 last.append(fix)
     if others is not None and others >= max(share, MIN_LARGE):
-        listed = ", ".join(f"process {pid}: {gib(b)}" for pid, b in m.other_processes
-                           if b < (m.process_bytes or 0) or m.process_bytes is None)
-        d.findings.append(f"Another process held about {gib(others)} of this GPU"
-                          + (f" ({listed})" if listed else "") + ": this process could use "
-                          f"at most {gib(d.budget_bytes or 0)}.")
-        fix = Fix("free_other_process", "Free the GPU memory another process holds",
-                  "see it with nvidia-smi (rocm-smi on ROCm); shut down other notebooks' "
-                  "kernels or jobs on this GPU")
-        helps = m.tried_bytes is not None and m.free_bytes is not None and \
-            m.free_bytes + others >= m.tried_bytes
+        listed = ", ".join(
+            f"process {pid}: {gib(b)}"
+            for pid, b in m.other_processes
+            if b < (m.process_bytes or 0) or m.process_bytes is None
+        )
+        d.findings.append(
+            f"Another process held about {gib(others)} of this GPU"
+            + (f" ({listed})" if listed else "")
+            + ": this process could use "
+            f"at most {gib(d.budget_bytes or 0)}."
+        )
+        fix = Fix(
+            "free_other_process",
+            "Free the GPU memory another process holds",
+            "see it with nvidia-smi (rocm-smi on ROCm); shut down other notebooks' "
+            "kernels or jobs on this GPU",
+        )
+        helps = (
+            m.tried_bytes is not None
+            and m.free_bytes is not None
+            and m.free_bytes + others >= m.tried_bytes
+        )
         if helps:
             first.append((others, fix))
         else:
@@ -206,17 +248,17 @@ def _message_fixes(m: OOMMessage, d: Diagnosis, others: int | None) -> tuple[lis
 # ----- the run's estimate and its fixes ------------------------------------------------------
 _TRAINING_WORDS = {
     "gradient_checkpointing": "gradient_checkpointing=True (activation_checkpointing=True in "
-                              "transformers 5)",
+    "transformers 5)",
     "optimizer": 'optim="adamw_bnb_8bit" (bitsandbytes)',
     "offload_optimizer": 'DeepSpeed ZeRO-2 with "offload_optimizer": {"device": "cpu"}',
     "activation_offload": "activation offloading: SFTConfig(activation_offloading=True) in TRL, "
-                          "enable_activation_offloading: True in torchtune",
+    "enable_activation_offloading: True in torchtune",
     "loss": "a chunked cross-entropy that never makes the full fp32 logits: torchtune's "
-            "CEWithChunkedOutputLoss (loss: torchtune.modules.loss.CEWithChunkedOutputLoss)",
+    "CEWithChunkedOutputLoss (loss: torchtune.modules.loss.CEWithChunkedOutputLoss)",
     "optimizer_in_backward": "the optimizer step in backward: optimizer_in_bwd: True in "
-                             "torchtune (no gradient accumulation)",
+    "torchtune (no gradient accumulation)",
     "no_sync": "reduce the gradients on every micro-batch: TrainingArguments(accelerator_config="
-               "{'gradient_accumulation_kwargs': {'sync_each_batch': True}})",
+    "{'gradient_accumulation_kwargs': {'sync_each_batch': True}})",
 }
 
 
@@ -226,13 +268,15 @@ def _fix_from_change(change: dict, report: Any, budget: int) -> Fix:
     parts, key = [], "gradient_checkpointing"
     if "n_gpus" in change:
         key = "more_gpus"
-        parts.append(f"{change['n_gpus']} GPUs with FSDP (fsdp='full_shard') or DeepSpeed "
-                     "ZeRO-3")
+        parts.append(f"{change['n_gpus']} GPUs with FSDP (fsdp='full_shard') or DeepSpeed ZeRO-3")
     elif "method" in change:
         key = change["method"]
-        parts.append("BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
-                     "bnb_4bit_use_double_quant=True) and a peft LoraConfig" if key == "qlora"
-                     else "a peft LoraConfig on the model loaded in bf16")
+        parts.append(
+            "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
+            "bnb_4bit_use_double_quant=True) and a peft LoraConfig"
+            if key == "qlora"
+            else "a peft LoraConfig on the model loaded in bf16"
+        )
     elif "offload_optimizer" in change:
         key = "offload_optimizer"
         parts.append(_TRAINING_WORDS["offload_optimizer"])
@@ -241,12 +285,17 @@ def _fix_from_change(change: dict, report: Any, budget: int) -> Fix:
         parts.append(_TRAINING_WORDS["optimizer"])
     elif "precision" in change:
         key = "precision"
-        parts.append({"bf16-mixed": "bf16=True", "fp16-mixed": "fp16=True"}.get(
-            change["precision"], f"precision {change['precision']}"))
+        parts.append(
+            {"bf16-mixed": "bf16=True", "fp16-mixed": "fp16=True"}.get(
+                change["precision"], f"precision {change['precision']}"
+            )
+        )
     elif "seq_len" in change:
         key = "shorter_sequence"
-        parts.append(f"sequences of at most {change['seq_len']} tokens (max_length= in TRL's "
-                     "SFTConfig, or truncate)")
+        parts.append(
+            f"sequences of at most {change['seq_len']} tokens (max_length= in TRL's "
+            "SFTConfig, or truncate)"
+        )
     elif "batch_size" in change:
         key = "smaller_micro_batch"
     else:
@@ -257,23 +306,37 @@ def _fix_from_change(change: dict, report: Any, budget: int) -> Fix:
                 break
     if "batch_size" in change:
         accum = change.get("gradient_accumulation")
-        parts.append(f"per_device_train_batch_size={change['batch_size']}"
-                     + (f", gradient_accumulation_steps={accum} (same effective batch)"
-                        if accum else ""))
+        parts.append(
+            f"per_device_train_batch_size={change['batch_size']}"
+            + (f", gradient_accumulation_steps={accum} (same effective batch)" if accum else "")
+        )
     if change.get("gradient_checkpointing"):
         parts.append(_TRAINING_WORDS["gradient_checkpointing"])
-    titles = {"gradient_checkpointing": "Gradient checkpointing",
-              "smaller_micro_batch": "A smaller micro-batch with gradient accumulation",
-              "8bit_optimizer": "An 8-bit optimizer", "precision": "Mixed precision",
-              "shorter_sequence": "Shorter sequences", "lora": "LoRA", "qlora": "QLoRA",
-              "offload_optimizer": "Optimizer states in CPU RAM", "more_gpus": "More GPUs",
-              "activation_offload": "Activation offloading to CPU RAM",
-              "loss": "Chunked cross-entropy", "optimizer_in_backward":
-                  "The optimizer step in backward",
-              "no_sync": "Gradients reduced every micro-batch"}
+    titles = {
+        "gradient_checkpointing": "Gradient checkpointing",
+        "smaller_micro_batch": "A smaller micro-batch with gradient accumulation",
+        "8bit_optimizer": "An 8-bit optimizer",
+        "precision": "Mixed precision",
+        "shorter_sequence": "Shorter sequences",
+        "lora": "LoRA",
+        "qlora": "QLoRA",
+        "offload_optimizer": "Optimizer states in CPU RAM",
+        "more_gpus": "More GPUs",
+        "activation_offload": "Activation offloading to CPU RAM",
+        "loss": "Chunked cross-entropy",
+        "optimizer_in_backward": "The optimizer step in backward",
+        "no_sync": "Gradients reduced every micro-batch",
+    }
     how = "; ".join(parts) + f" [lessonkit: {change_flags(change)}]"
-    return Fix(key, titles[key], how, int(report.total_bytes),
-               int(budget - report.total_bytes), dict(change), report)
+    return Fix(
+        key,
+        titles[key],
+        how,
+        int(report.total_bytes),
+        int(budget - report.total_bytes),
+        dict(change),
+        report,
+    )
 
 
 def _native_bf16(m: OOMMessage | None, gpu: Any) -> bool:
@@ -289,14 +352,16 @@ def _native_bf16(m: OOMMessage | None, gpu: Any) -> bool:
 
 def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[Fix]:
     from ..errors import LessonkitError
-    from .fitting import fit_changes
     from ..memory.estimating import estimate
+    from .fitting import fit_changes
 
     settings = dict(description.settings)
     if m.wording == "batch-search":
-        d.findings.append("Trainer(auto_find_batch_size=True) halved the batch until none was "
-                          "left: even one sequence per step ran out of memory, so a smaller "
-                          "batch cannot help; the changes start from batch 1.")
+        d.findings.append(
+            "Trainer(auto_find_batch_size=True) halved the batch until none was "
+            "left: even one sequence per step ran out of memory, so a smaller "
+            "batch cannot help; the changes start from batch 1."
+        )
         settings["batch_size"] = 1
     settings.setdefault("device", "cuda")
     try:
@@ -305,28 +370,45 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
         d.problems.append(f"Could not estimate the run: {err}")
         return []
     d.report = report
-    full = {k: report.settings[k] for k in ("method", "precision", "optimizer", "batch_size",
-                                            "seq_len", "gradient_checkpointing", "n_gpus",
-                                            "zero_stage", "gradient_accumulation",
-                                            "offload_optimizer")}
+    full = {
+        k: report.settings[k]
+        for k in (
+            "method",
+            "precision",
+            "optimizer",
+            "batch_size",
+            "seq_len",
+            "gradient_checkpointing",
+            "n_gpus",
+            "zero_stage",
+            "gradient_accumulation",
+            "offload_optimizer",
+        )
+    }
     full |= {k: v for k, v in settings.items() if k not in full}
     budget = d.budget_bytes
     peak = report.total_bytes
     run = f"{report.model.name}, {report._settings_line()}"
     if budget is None:
-        d.findings.append(f"The estimate of your run ({run}) is {gib(peak)} per GPU. Give gpu= (e.g. 'T4') for changes that fit.")
+        d.findings.append(
+            f"The estimate of your run ({run}) is {gib(peak)} per GPU. Give gpu= (e.g. 'T4') for changes that fit."
+        )
         return []
     target = budget
     if peak > budget:
-        d.findings.append(f"The estimate of your run ({run}) is {gib(peak)} per GPU, {gib(peak - budget)} more than the "
-                          f"{gib(budget)} it could have here.")
+        d.findings.append(
+            f"The estimate of your run ({run}) is {gib(peak)} per GPU, {gib(peak - budget)} more than the "
+            f"{gib(budget)} it could have here."
+        )
     else:
         held = m.process_bytes if m.process_bytes is not None else _this_process(m)[0]
         if held is None and m.reserved_bytes is not None:
             held = m.reserved_bytes
         needed = None if held is None or m.tried_bytes is None else held + m.tried_bytes
-        d.findings.append(f"The estimate of your run ({run}) is {gib(peak)} per GPU, within "
-                          f"the {gib(budget)} it could have here.")
+        d.findings.append(
+            f"The estimate of your run ({run}) is {gib(peak)} per GPU, within "
+            f"the {gib(budget)} it could have here."
+        )
         if needed is not None and needed > peak:
             gap = needed - peak
             target = budget - gap
@@ -336,17 +418,26 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
                 "one described (longer sequences than seq_len, padding to a max length, a "
                 "larger evaluation batch) or this process holds something else (a model "
                 "loaded earlier in the notebook: restart the kernel). The changes below keep "
-                f"that {gib(gap)} free.")
+                f"that {gib(gap)} free."
+            )
         else:
             return []
     if target <= 0:
         return []
-    found = fit_changes(description.model, full, target, limit=MORE_FIXES,
-                        native_bf16=_native_bf16(m, gpu), more=True)
+    found = fit_changes(
+        description.model,
+        full,
+        target,
+        limit=MORE_FIXES,
+        native_bf16=_native_bf16(m, gpu),
+        more=True,
+    )
     if not found:
-        d.problems.append("No single change tried makes it fit on this GPU (checkpointing, "
-                          "a smaller batch, an 8-bit optimizer, shorter sequences, LoRA/QLoRA, "
-                          "offload, more GPUs): `lessonkit recommend` ranks GPUs that do.")
+        d.problems.append(
+            "No single change tried makes it fit on this GPU (checkpointing, "
+            "a smaller batch, an 8-bit optimizer, shorter sequences, LoRA/QLoRA, "
+            "offload, more GPUs): `lessonkit recommend` ranks GPUs that do."
+        )
     return [_fix_from_change(change, rep, target) for change, rep in found]
 
 
@@ -357,10 +448,12 @@ def _diagnose(error: Any, objects: tuple, model: Any, gpu: Any, settings: dict) 
         return Diagnosis(False)
     d = Diagnosis(True, message)
     if message.backend == "cpu":
-        d.findings.append("This is the computer's RAM, not the GPU's: loading a model (in fp32 "
-                          "it takes 4 bytes per parameter) or optimizer offload needs more RAM "
-                          "than there is. Load in bf16 (torch_dtype=torch.bfloat16), or use a "
-                          "machine with more RAM.")
+        d.findings.append(
+            "This is the computer's RAM, not the GPU's: loading a model (in fp32 "
+            "it takes 4 bytes per parameter) or optimizer offload needs more RAM "
+            "than there is. Load in bf16 (torch_dtype=torch.bfloat16), or use a "
+            "machine with more RAM."
+        )
         return d
     gpu_obj = None
     if gpu is not None:
@@ -385,20 +478,25 @@ def _diagnose(error: Any, objects: tuple, model: Any, gpu: Any, settings: dict) 
         description = describe_run(*objects, model=model, **settings)
         d.notes += description.notes
         if description.model is None:
-            d.problems.append("No model in what was given: pass model= (a preset such as "
-                              "'llama-2-7b', a size such as '7B', or the model's config).")
+            d.problems.append(
+                "No model in what was given: pass model= (a preset such as "
+                "'llama-2-7b', a size such as '7B', or the model's config)."
+            )
         else:
             fixes = _run_fixes(d, message, description, gpu_obj)
     else:
-        d.notes.append("Give the doctor your run (model= and batch_size=, seq_len=, ... or your "
-                       "TrainingArguments, LoraConfig, BitsAndBytesConfig) for the changes that "
-                       "make it fit, each with its estimated peak.")
+        d.notes.append(
+            "Give the doctor your run (model= and batch_size=, seq_len=, ... or your "
+            "TrainingArguments, LoraConfig, BitsAndBytesConfig) for the changes that "
+            "make it fit, each with its estimated peak."
+        )
     d.fixes = _rank(d, first, fixes, last, others)
     return d
 
 
-def _rank(d: Diagnosis, first: list[Fix], fixes: list[Fix], last: list[Fix],
-          others: int | None) -> list[Fix]:
+def _rank(
+    d: Diagnosis, first: list[Fix], fixes: list[Fix], last: list[Fix], others: int | None
+) -> list[Fix]:
     """The message's own fixes come first only where they can be enough: when the estimate
     fits (or there is none); freeing another process when the run fits with its memory."""
     if d.report is None or d.budget_bytes is None or d.report.total_bytes <= d.budget_bytes:
@@ -409,8 +507,9 @@ def _rank(d: Diagnosis, first: list[Fix], fixes: list[Fix], last: list[Fix],
     return fixes + first + last
 
 
-def oom_doctor(error_or_message: Any, *objects: Any, model: Any = None, gpu: Any = None,
-               **run_settings: Any) -> Diagnosis:
+def oom_doctor(
+    error_or_message: Any, *objects: Any, model: Any = None, gpu: Any = None, **run_settings: Any
+) -> Diagnosis:
     """Diagnose an out-of-memory error: what it shows and the cheapest changes that fit.
 
     ``error_or_message``: the exception, its message, or a traceback or log containing it.
@@ -422,14 +521,16 @@ def oom_doctor(error_or_message: Any, *objects: Any, model: Any = None, gpu: Any
         return _diagnose(error_or_message, objects, model, gpu, run_settings)
     except Exception as err:  # a bug must not hide the user's own error
         d = Diagnosis(parse_oom(error_or_message) is not None)
-        d.problems.append(f"The doctor failed ({type(err).__name__}: {err}); the error itself "
-                          "is above.")
+        d.problems.append(
+            f"The doctor failed ({type(err).__name__}: {err}); the error itself is above."
+        )
         return d
 
 
 @contextlib.contextmanager
-def watch(*objects: Any, model: Any = None, gpu: Any = None, file: Any = None,
-          **run_settings: Any) -> Iterator[None]:
+def watch(
+    *objects: Any, model: Any = None, gpu: Any = None, file: Any = None, **run_settings: Any
+) -> Iterator[None]:
     """``with oom_doctor.watch(trainer): trainer.train()``: an out-of-memory error inside prints
     the diagnosis (to ``file``, default stdout) and then propagates unchanged; any other error
     passes untouched."""
@@ -438,9 +539,12 @@ def watch(*objects: Any, model: Any = None, gpu: Any = None, file: Any = None,
     except Exception as exc:
         if parse_oom(exc) is not None:
             diagnosis = oom_doctor(exc, *objects, model=model, gpu=gpu, **run_settings)
-            print(f"lessonkit.oom_doctor:\n{diagnosis}\n(In a notebook the failed step's "
-                  "tensors stay referenced by this traceback: restart the kernel before the "
-                  "next try.)", file=file or sys.stdout)
+            print(
+                f"lessonkit.oom_doctor:\n{diagnosis}\n(In a notebook the failed step's "
+                "tensors stay referenced by this traceback: restart the kernel before the "
+                "next try.)",
+                file=file or sys.stdout,
+            )
         raise
 
 

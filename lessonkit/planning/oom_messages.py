@@ -31,13 +31,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_TEXT = 2_000_000  # characters of a log read (its end, where the last error is)
-_UNITS = {"bytes": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-          "kb": 2**10, "mb": 2**20, "gb": 2**30, "tb": 2**40}
+_UNITS = {
+    "bytes": 1,
+    "b": 1,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "kb": 2**10,
+    "mb": 2**20,
+    "gb": 2**30,
+    "tb": 2**40,
+}
 _SIZE = r"(\d+(?:\.\d+)?)\s?(bytes|[KMGT]i?B)\b"
 _ANCHOR = re.compile(
     r"(CUDA|HIP|XPU) out of memory|MPS backend out of memory|CUDA error: out of memory|"
     r"CUBLAS_STATUS_ALLOC_FAILED|No executable batch size found, reached zero|"
-    r"DefaultCPUAllocator: can't allocate memory|OutOfMemoryError", re.I)
+    r"DefaultCPUAllocator: can't allocate memory|OutOfMemoryError",
+    re.I,
+)
 _RANK_PREFIX = re.compile(r"^(?:\s*\[[A-Za-z]*\d*\]:)+", re.M)  # torchrun's "[rank0]: "
 
 
@@ -45,22 +57,22 @@ _RANK_PREFIX = re.compile(r"^(?:\s*\[[A-Za-z]*\d*\]:)+", re.M)  # torchrun's "[r
 class OOMMessage:
     """The figures of one out-of-memory error (bytes; None where the message does not say)."""
 
-    backend: str                      # "cuda", "hip", "xpu", "mps", "cpu"
-    wording: str                      # see WORDINGS
-    text: str                         # the error's sentence(s), as read
+    backend: str  # "cuda", "hip", "xpu", "mps", "cpu"
+    wording: str  # see WORDINGS
+    text: str  # the error's sentence(s), as read
     tried_bytes: int | None = None
     device: int | None = None
     total_bytes: int | None = None
     free_bytes: int | None = None
     process_bytes: int | None = None  # this process, including non-PyTorch memory
-    allocated_bytes: int | None = None     # allocated by PyTorch (tensors)
-    reserved_bytes: int | None = None      # reserved by PyTorch's caching allocator
+    allocated_bytes: int | None = None  # allocated by PyTorch (tensors)
+    reserved_bytes: int | None = None  # reserved by PyTorch's caching allocator
     private_pool_bytes: int | None = None  # CUDA graphs' pools (newer wording)
     other_processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, bytes)
-    alloc_conf_hint: str | None = None     # what the message suggests setting
+    alloc_conf_hint: str | None = None  # what the message suggests setting
     mps_other_bytes: int | None = None
     wrapped_by: list[str] = field(default_factory=list)  # Trainer, torchrun, ...
-    last_batch_size: int | None = None     # auto_find_batch_size's last try
+    last_batch_size: int | None = None  # auto_find_batch_size's last try
 
     @property
     def reserved_unallocated_bytes(self) -> int | None:
@@ -76,9 +88,22 @@ class OOMMessage:
         return max(0, self.total_bytes - self.free_bytes)
 
     def to_dict(self) -> dict[str, Any]:
-        names = ("backend", "wording", "tried_bytes", "device", "total_bytes", "free_bytes",
-                 "process_bytes", "allocated_bytes", "reserved_bytes", "private_pool_bytes",
-                 "alloc_conf_hint", "mps_other_bytes", "wrapped_by", "last_batch_size")
+        names = (
+            "backend",
+            "wording",
+            "tried_bytes",
+            "device",
+            "total_bytes",
+            "free_bytes",
+            "process_bytes",
+            "allocated_bytes",
+            "reserved_bytes",
+            "private_pool_bytes",
+            "alloc_conf_hint",
+            "mps_other_bytes",
+            "wrapped_by",
+            "last_batch_size",
+        )
         data = {name: getattr(self, name) for name in names}
         data["reserved_unallocated_bytes"] = self.reserved_unallocated_bytes
         data["other_processes"] = [list(p) for p in self.other_processes]
@@ -140,7 +165,7 @@ def parse_oom(error: Any) -> OOMMessage | None:
     # the last error that names its kind; a bare "OutOfMemoryError" only when none does
     named = [a for a in anchors if a.group(0).lower() != "outofmemoryerror"]
     start = (named or anchors)[-1].start()
-    body = " ".join(plain[start:start + 4000].split())
+    body = " ".join(plain[start : start + 4000].split())
     found = _read(body)
     found.wrapped_by = _wrappers(text)
     tries = re.findall(r"Decreasing batch size to:? (\d+)", text)
@@ -174,7 +199,7 @@ def _read(body: str) -> OOMMessage:
     backend_match = re.search(r"\b(CUDA|HIP|XPU) out of memory", body, re.I)
     backend = backend_match.group(1).lower() if backend_match else "cuda"
     end = body.find("See documentation")
-    msg = OOMMessage(backend, "bare", body[:end if end > 0 else 1200].strip())
+    msg = OOMMessage(backend, "bare", body[: end if end > 0 else 1200].strip())
     msg.tried_bytes = _find(r"Tried to allocate SIZE", body)
     device = re.search(r"\bGPU (\d+)", body)
     msg.device = int(device.group(1)) if device else None
@@ -183,10 +208,11 @@ def _read(body: str) -> OOMMessage:
         msg.total_bytes = _find(r"total capac(?:i)?ty of SIZE", body)
         msg.free_bytes = _find(r"of which SIZE is free", body)
         msg.process_bytes = _find(r"this process has SIZE memory in use", body)
-        msg.other_processes = [(int(pid), _size(n, u)) for pid, n, u in re.findall(
-            r"Process (\d+) has " + _SIZE + r" memory in use", body)]
-        msg.allocated_bytes = _find(r"Of the allocated memory SIZE is allocated by PyTorch",
-                                    body)
+        msg.other_processes = [
+            (int(pid), _size(n, u))
+            for pid, n, u in re.findall(r"Process (\d+) has " + _SIZE + r" memory in use", body)
+        ]
+        msg.allocated_bytes = _find(r"Of the allocated memory SIZE is allocated by PyTorch", body)
         msg.private_pool_bytes = _find(r"with SIZE allocated in private pools", body)
         unallocated = _find(r"SIZE is reserved by PyTorch but unallocated", body)
         if msg.allocated_bytes is not None and unallocated is not None:

@@ -23,14 +23,25 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..hardware.environments import TIERS, Environment, get_environment, list_environments
 from ..errors import LessonkitError, choose, normalise_name, positive_int, positive_number
-from .fitting import (DEFAULT_BATCH, DEFAULT_MFU, DEFAULT_SEQ, METHOD_WORDS, TIGHT_FRACTION,
-                      assumptions, compute_hours, find_fit, method_label, needs_text, run_hours)
+from ..hardware.environments import TIERS, Environment, get_environment, list_environments
+from ..memory.settings import MAX_BATCH, MAX_SEQ
 from ..models.spec import ModelSpec, resolve_model
 from ..options import METHODS
-from ..memory.settings import MAX_BATCH, MAX_SEQ
 from ..units import GiB, format_hours, parse_count
+from .fitting import (
+    DEFAULT_BATCH,
+    DEFAULT_MFU,
+    DEFAULT_SEQ,
+    METHOD_WORDS,
+    TIGHT_FRACTION,
+    assumptions,
+    compute_hours,
+    find_fit,
+    method_label,
+    needs_text,
+    run_hours,
+)
 from .verdicts import guide_notes
 
 BUDGET_WORDS = {"free": 0.0, "low": 2.0, "high": math.inf}
@@ -41,9 +52,9 @@ MAX_TOKENS = 1e14
 class Option:
     """One way to run the job: where, on what, how, what it needs and costs."""
 
-    environment: str            # key in environments.json
-    name: str                   # the environment's name
-    tier: str                   # tier name ("hobbyist", "engineer", "enterprise", "own hardware")
+    environment: str  # key in environments.json
+    name: str  # the environment's name
+    tier: str  # tier name ("hobbyist", "engineer", "enterprise", "own hardware")
     gpu: str
     count: int
     method: str
@@ -51,15 +62,15 @@ class Option:
     peak_bytes: int
     usable_bytes: int
     settings: dict[str, Any]
-    price_per_hour: float       # the whole setup, typical
+    price_per_hour: float  # the whole setup, typical
     price_range: tuple[float, float]
     hours: float | None = None
     cost_usd: float | None = None
     usd_per_million_tokens: float = 0.0
     note: str = ""
     purchase_usd: tuple[float, float] | None = None
-    sessions: int = 1           # sessions of the environment's length, resuming from checkpoints
-    limit: str = ""             # why the run breaks the environment's session or weekly limits
+    sessions: int = 1  # sessions of the environment's length, resuming from checkpoints
+    limit: str = ""  # why the run breaks the environment's session or weekly limits
 
     @property
     def headroom_bytes(self) -> int:
@@ -108,22 +119,34 @@ class Recommendation:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model.name, "n_params": self.model.n_params, "method": self.method,
-                "budget_per_hour": None if self.budget in (None, math.inf) else self.budget,
-                "platform": self.platform, "tokens": self.tokens, "mfu": self.mfu,
-                "options": [o.to_dict() for o in self.options], "rejected": dict(self.rejected),
-                "left_out": dict(self.left_out),
-                "needs": list(self.needs), "guide": list(self.guide),
-                "assumptions": list(self.assumptions)}
+        return {
+            "model": self.model.name,
+            "n_params": self.model.n_params,
+            "method": self.method,
+            "budget_per_hour": None if self.budget in (None, math.inf) else self.budget,
+            "platform": self.platform,
+            "tokens": self.tokens,
+            "mfu": self.mfu,
+            "options": [o.to_dict() for o in self.options],
+            "rejected": dict(self.rejected),
+            "left_out": dict(self.left_out),
+            "needs": list(self.needs),
+            "guide": list(self.guide),
+            "assumptions": list(self.assumptions),
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)
 
     def _title(self) -> str:
-        parts = [f"{self.model.name} ({self.model.n_params / 1e9:.2f}B params)",
-                 METHOD_WORDS[self.method] if self.method else "any method"]
+        parts = [
+            f"{self.model.name} ({self.model.n_params / 1e9:.2f}B params)",
+            METHOD_WORDS[self.method] if self.method else "any method",
+        ]
         if self.budget is not None:
-            parts.append("no budget limit" if self.budget == math.inf else f"budget ${self.budget:.2f}/h")
+            parts.append(
+                "no budget limit" if self.budget == math.inf else f"budget ${self.budget:.2f}/h"
+            )
         if self.platform:
             parts.append(f"platform {self.platform}")
         if self.tokens:
@@ -145,14 +168,19 @@ class Recommendation:
         if self.options:
             text += self.lines(limit)
             if len(self.options) > limit:
-                text.append(f"   ... and {len(self.options) - limit} more options (to_dict() lists all)")
+                text.append(
+                    f"   ... and {len(self.options) - limit} more options (to_dict() lists all)"
+                )
         else:
             text.append("Nothing in the catalog fits these constraints.")
         if self.rejected:
             text.append("Left out: " + ", ".join(f"{n} {why}" for why, n in self.rejected.items()))
         names = {e.key: e.name for e in list_environments()}
-        text += [f"Not here: {names[key]}: {why}" for key, why in self.left_out.items()
-                 if why != NOT_ON_PLATFORM]
+        text += [
+            f"Not here: {names[key]}: {why}"
+            for key, why in self.left_out.items()
+            if why != NOT_ON_PLATFORM
+        ]
         text += [f"Needs: {n}" for n in self.needs]
         text += [f"The guide: {g}" for g in self.guide]
         text += [f"Assumption: {a}" for a in self.assumptions]
@@ -166,13 +194,16 @@ class Recommendation:
             f"<td>${o.price_per_hour:.2f}/h</td>"
             f"<td>{'' if o.hours is None else format_hours(o.hours)}</td>"
             f"<td>{'' if o.cost_usd is None else f'${o.cost_usd:,.2f}'}</td></tr>"
-            for i, o in enumerate(self.options[:15], 1))
+            for i, o in enumerate(self.options[:15], 1)
+        )
         extra = "".join(f"<li>{esc(x)}</li>" for x in self.needs + self.guide + self.assumptions)
-        return (f"<div class='lessonkit-recommend'><b>{esc(self._title())}</b><table>"
-                "<tr><th>#</th><th>where</th><th>GPUs</th><th>method</th><th>peak / usable</th>"
-                f"<th>price</th><th>time</th><th>cost</th></tr>{rows}</table>"
-                + ("" if rows else "<p>Nothing in the catalog fits these constraints.</p>")
-                + f"<ul>{extra}</ul></div>")
+        return (
+            f"<div class='lessonkit-recommend'><b>{esc(self._title())}</b><table>"
+            "<tr><th>#</th><th>where</th><th>GPUs</th><th>method</th><th>peak / usable</th>"
+            f"<th>price</th><th>time</th><th>cost</th></tr>{rows}</table>"
+            + ("" if rows else "<p>Nothing in the catalog fits these constraints.</p>")
+            + f"<ul>{extra}</ul></div>"
+        )
 
 
 # ----- input ---------------------------------------------------------------------------------
@@ -185,11 +216,16 @@ def parse_budget(budget: Any) -> float | None:
         if word in BUDGET_WORDS:
             return BUDGET_WORDS[word]
         # the number as --tokens writes it (1e1, 2.5, 1k), with an optional $ and /h
-        match = re.fullmatch(r"\$?\s*(-?)([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?\s*[kmbt]?)\s*"
-                             r"(?:\$|usd)?\s*(?:/\s*h(?:our)?|per hour)?", word)
+        match = re.fullmatch(
+            r"\$?\s*(-?)([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?\s*[kmbt]?)\s*"
+            r"(?:\$|usd)?\s*(?:/\s*h(?:our)?|per hour)?",
+            word,
+        )
         if not match:
-            raise LessonkitError(f"budget must be dollars per hour (e.g. 2.5 or '$2/h') or one of "
-                                 f"{', '.join(BUDGET_WORDS)}; got {budget!r}.")
+            raise LessonkitError(
+                f"budget must be dollars per hour (e.g. 2.5 or '$2/h') or one of "
+                f"{', '.join(BUDGET_WORDS)}; got {budget!r}."
+            )
         budget = parse_count(match.group(2)) * (-1 if match.group(1) else 1)
     return positive_number(budget, "budget (dollars per hour)", allow_zero=True)
 
@@ -201,8 +237,9 @@ def parse_tokens(tokens: Any) -> float | None:
     try:
         value = parse_count(tokens)
     except LessonkitError:
-        raise LessonkitError(f"tokens must be a number of training tokens such as 5e7 or "
-                             f"'50M', got {tokens!r}.") from None
+        raise LessonkitError(
+            f"tokens must be a number of training tokens such as 5e7 or '50M', got {tokens!r}."
+        ) from None
     return positive_number(value, "tokens", maximum=MAX_TOKENS)
 
 
@@ -214,14 +251,17 @@ def platform_environments(platform: Any) -> tuple[list[Environment], bool]:
     elif isinstance(platform, int) and not isinstance(platform, bool) and platform in TIERS:
         chosen = [e for e in envs if e.tier == platform]
     elif isinstance(platform, str) and normalise_name(platform).removeprefix("tier") in {
-            normalise_name(n) for n in TIERS.values()} | {str(t) for t in TIERS}:
+        normalise_name(n) for n in TIERS.values()
+    } | {str(t) for t in TIERS}:
         key = normalise_name(platform).removeprefix("tier")
         chosen = [e for e in envs if normalise_name(e.tier_name) == key or str(e.tier) == key]
     else:
         env = get_environment(platform)
         group = env.detect.get("platform")
-        same = group and normalise_name(platform) in {normalise_name(group),
-                                                       normalise_name(env.detect.get("platform_name", ""))}
+        same = group and normalise_name(platform) in {
+            normalise_name(group),
+            normalise_name(env.detect.get("platform_name", "")),
+        }
         chosen = [e for e in envs if e.detect.get("platform") == group] if same else [env]
         return chosen, True
     return chosen, False
@@ -241,9 +281,17 @@ def select_environments(platform: Any, budget: float | None) -> list[Environment
 
 
 # ----- the recommender -----------------------------------------------------------------------
-def recommend(model: Any, method: str | None = None, budget: Any = None, platform: Any = None,
-              tokens: Any = None, *, mfu: float = DEFAULT_MFU, batch_size: int = DEFAULT_BATCH,
-              seq_len: int = DEFAULT_SEQ) -> Recommendation:
+def recommend(
+    model: Any,
+    method: str | None = None,
+    budget: Any = None,
+    platform: Any = None,
+    tokens: Any = None,
+    *,
+    mfu: float = DEFAULT_MFU,
+    batch_size: int = DEFAULT_BATCH,
+    seq_len: int = DEFAULT_SEQ,
+) -> Recommendation:
     """Rank where and how to fine-tune ``model``: setups that fit first, then the cheapest.
 
     See the module docstring for ``budget`` and ``platform``; ``tokens`` (e.g. '50M') adds the
@@ -258,9 +306,15 @@ def recommend(model: Any, method: str | None = None, budget: Any = None, platfor
     seq_len = positive_int(seq_len, "seq_len", maximum=MAX_SEQ)
     envs, named = platform_environments(platform)
     buying = buying_considered(cap, named)
-    rec = Recommendation(spec, None if method is None else methods[0], cap,
-                         None if platform is None else str(platform), n_tokens, mfu,
-                         assumptions=assumptions())
+    rec = Recommendation(
+        spec,
+        None if method is None else methods[0],
+        cap,
+        None if platform is None else str(platform),
+        n_tokens,
+        mfu,
+        assumptions=assumptions(),
+    )
 
     def count(why: str) -> None:
         rec.rejected[why] = rec.rejected.get(why, 0) + 1
@@ -295,15 +349,23 @@ def recommend(model: Any, method: str | None = None, budget: Any = None, platfor
                 kept.append(option)
         rec.options += kept
         if not kept:
-            rec.left_out[env.key] = left_out_reason(env, [o for o in fitting if not o.limit],
-                                                    broken, cap, buying, too_long)
+            rec.left_out[env.key] = left_out_reason(
+                env, [o for o in fitting if not o.limit], broken, cap, buying, too_long
+            )
     # Comfortable fits first, then cheapest = least money for the same work: the run's cost, or
     # dollars per million tokens.
-    rec.options.sort(key=lambda o: (o.tight, o.cost_usd if o.cost_usd is not None else o.usd_per_million_tokens,
-                                    o.price_per_hour, -o.headroom_bytes))
+    rec.options.sort(
+        key=lambda o: (
+            o.tight,
+            o.cost_usd if o.cost_usd is not None else o.usd_per_million_tokens,
+            o.price_per_hour,
+            -o.headroom_bytes,
+        )
+    )
     found = {o.method for o in rec.options}
-    rec.needs = [needs_text(spec, m, seq_len) for m in methods
-                 if m not in found or spec.n_params > 3e10]
+    rec.needs = [
+        needs_text(spec, m, seq_len) for m in methods if m not in found or spec.n_params > 3e10
+    ]
     rec.guide = guide_notes(spec, rec)
     return rec
 
@@ -311,8 +373,14 @@ def recommend(model: Any, method: str | None = None, budget: Any = None, platfor
 NOT_ON_PLATFORM = "not on the platform asked for"
 
 
-def left_out_reason(env: Environment, fitting: list[Option], broken: list[Any],
-                    cap: float | None, buying: bool, too_long: list[Option] | None = None) -> str:
+def left_out_reason(
+    env: Environment,
+    fitting: list[Option],
+    broken: list[Any],
+    cap: float | None,
+    buying: bool,
+    too_long: list[Option] | None = None,
+) -> str:
     """Why an environment offers nothing for the run: the first true reason of memory, session
     or weekly limits, buying hardware, budget and availability (a setup that does not fit is
     never a budget question)."""
@@ -322,25 +390,45 @@ def left_out_reason(env: Environment, fitting: list[Option], broken: list[Any],
     if not fitting:
         if broken and len(broken) == len(env.offers):
             return "none of the GPUs it offers is usable: " + "; ".join(
-                f"{o.gpu.name}: {o.note}" if o.note else o.gpu.name for o in broken)
+                f"{o.gpu.name}: {o.note}" if o.note else o.gpu.name for o in broken
+            )
         why = "no GPU setup it offers has enough memory for this run"
         return why + (f" ({', '.join(o.gpu.name for o in broken)} not usable)" if broken else "")
     cheapest = min(fitting, key=lambda o: o.price_per_hour)
     if env.tier == 0 and not buying:
         low = cheapest.purchase_usd[0] * cheapest.count if cheapest.purchase_usd else 0.0
-        return (f"buying a card is not compared under a budget per hour (${cap:.2f}/h): "
-                f"{cheapest.setup} would fit, from ${low:,.0f}; budget='high' or no budget "
-                f"compares it")
-    return (f"over budget: the cheapest setup that fits ({cheapest.setup}) costs "
-            f"${cheapest.price_per_hour:.2f}/h, the budget is ${cap:.2f}/h")
+        return (
+            f"buying a card is not compared under a budget per hour (${cap:.2f}/h): "
+            f"{cheapest.setup} would fit, from ${low:,.0f}; budget='high' or no budget "
+            f"compares it"
+        )
+    return (
+        f"over budget: the cheapest setup that fits ({cheapest.setup}) costs "
+        f"${cheapest.price_per_hour:.2f}/h, the budget is ${cap:.2f}/h"
+    )
 
 
-def _option(spec: ModelSpec, env: Environment, offer: Any, method: str, batch: int, seq: int,
-            tokens: float | None, mfu: float) -> Option | None:
+def _option(
+    spec: ModelSpec,
+    env: Environment,
+    offer: Any,
+    method: str,
+    batch: int,
+    seq: int,
+    tokens: float | None,
+    mfu: float,
+) -> Option | None:
     gpu = offer.gpu
     for count in offer.counts:
-        fit = find_fit(spec, method, gpu.usable_bytes, count, native_bf16=gpu.native_bf16,
-                       batch_size=batch, seq_len=seq)
+        fit = find_fit(
+            spec,
+            method,
+            gpu.usable_bytes,
+            count,
+            native_bf16=gpu.native_bf16,
+            batch_size=batch,
+            seq_len=seq,
+        )
         if fit is None or not fit.fits:
             continue
         price = offer.price_per_hour
@@ -348,47 +436,101 @@ def _option(spec: ModelSpec, env: Environment, offer: Any, method: str, batch: i
         per_gpu_low, per_gpu_high = env.hourly_range(offer)
         hours = cost = None
         sessions = 1
-        per_million = compute_hours(spec, method, 1e6, gpu.bf16_tflops, count, mfu,
-                                    fit.gradient_checkpointing, seq) * hourly
+        per_million = (
+            compute_hours(
+                spec, method, 1e6, gpu.bf16_tflops, count, mfu, fit.gradient_checkpointing, seq
+            )
+            * hourly
+        )
         if tokens:
+
             def timed(n: int) -> float:
-                return run_hours(spec, method, tokens, gpu.bf16_tflops, count, mfu,
-                                 fit.gradient_checkpointing, seq, sessions=n)
+                return run_hours(
+                    spec,
+                    method,
+                    tokens,
+                    gpu.bf16_tflops,
+                    count,
+                    mfu,
+                    fit.gradient_checkpointing,
+                    seq,
+                    sessions=n,
+                )
+
             hours = timed(1)
             # Each session starts and loads the model again, which can need one more session.
             while env.sessions_needed(hours) > sessions:
                 sessions = env.sessions_needed(hours)
                 hours = timed(sessions)
             cost = hours * hourly
-        note = (f"{method_label(method, gpu.native_bf16)} at {fit.settings_text()}: peak "
-                f"{fit.peak_bytes / GiB:.1f} of {gpu.usable_text} per GPU "
-                f"({fit.headroom_bytes / GiB:.1f} GiB headroom"
-                + (", tight" if fit.headroom_bytes < TIGHT_FRACTION * gpu.usable_bytes else "") + "); "
-                + ("free" if price.high == 0 else f"${hourly:.2f}/h, "
-                   f"${per_million:.2f} per million tokens")
-                + (f"; {format_hours(hours)} and ${cost:,.2f} for the run" if hours is not None else ""))
+        note = (
+            f"{method_label(method, gpu.native_bf16)} at {fit.settings_text()}: peak "
+            f"{fit.peak_bytes / GiB:.1f} of {gpu.usable_text} per GPU "
+            f"({fit.headroom_bytes / GiB:.1f} GiB headroom"
+            + (", tight" if fit.headroom_bytes < TIGHT_FRACTION * gpu.usable_bytes else "")
+            + "); "
+            + (
+                "free"
+                if price.high == 0
+                else f"${hourly:.2f}/h, ${per_million:.2f} per million tokens"
+            )
+            + (f"; {format_hours(hours)} and ${cost:,.2f} for the run" if hours is not None else "")
+        )
         if count > 8:
             note += f"; {count // 8} nodes of 8 GPUs in one job"
         if sessions > 1:
-            note += (f"; {sessions} sessions of up to {env.session_hours:g} h, each resuming from "
-                     f"the last checkpoint")
+            note += (
+                f"; {sessions} sessions of up to {env.session_hours:g} h, each resuming from "
+                f"the last checkpoint"
+            )
             if env.weekly_gpu_hours:
                 note += f", within one week's {env.weekly_gpu_hours:g} GPU-hours of quota"
         if not gpu.native_bf16:
             note += "; no native bf16 on this GPU: fp16 instead (same memory)"
         if offer.purchase_usd:
             low, high = offer.purchase_usd
-            note += (f"; buy for ${low * count:,.0f}-{high * count:,.0f}, counted here spread over "
-                     f"{env.amortize_hours:,.0f} h plus electricity")
+            note += (
+                f"; buy for ${low * count:,.0f}-{high * count:,.0f}, counted here spread over "
+                f"{env.amortize_hours:,.0f} h plus electricity"
+            )
         if offer.note:
             note += f" ({offer.note})"
         if gpu.caveat:
             note += f". Note: {gpu.caveat}"
-        settings = {k: v for k, v in fit.shared_report.settings.items()
-                    if k in ("method", "precision", "optimizer", "batch_size", "seq_len",
-                             "gradient_checkpointing", "n_gpus", "zero_stage")}
-        return Option(env.key, env.name, env.tier_name, gpu.name, count, method, True,
-                      fit.peak_bytes, gpu.usable_bytes, settings, hourly,
-                      (per_gpu_low * count, per_gpu_high * count), hours, cost, per_million, note,
-                      offer.purchase_usd, sessions, env.too_long(hours) if hours else "")
+        settings = {
+            k: v
+            for k, v in fit.shared_report.settings.items()
+            if k
+            in (
+                "method",
+                "precision",
+                "optimizer",
+                "batch_size",
+                "seq_len",
+                "gradient_checkpointing",
+                "n_gpus",
+                "zero_stage",
+            )
+        }
+        return Option(
+            env.key,
+            env.name,
+            env.tier_name,
+            gpu.name,
+            count,
+            method,
+            True,
+            fit.peak_bytes,
+            gpu.usable_bytes,
+            settings,
+            hourly,
+            (per_gpu_low * count, per_gpu_high * count),
+            hours,
+            cost,
+            per_million,
+            note,
+            offer.purchase_usd,
+            sessions,
+            env.too_long(hours) if hours else "",
+        )
     return None

@@ -22,17 +22,39 @@ from .fitting import usual_precision
 # TrainingArguments.optim (transformers OptimizerNames) -> estimate()'s optimizer; what is not
 # listed is reported as not modelled and the default is kept.
 OPTIM_NAMES = {
-    "adamw_torch": "adamw", "adamw_hf": "adamw", "adamw_torch_xla": "adamw",
-    "adamw_apex_fused": "adamw-fused", "adamw_torch_fused": "adamw-fused",
-    "adamw_torch_4bit": None, "adamw_torch_8bit": None,
-    "adamw_bnb_8bit": "adamw-8bit", "adamw_8bit": "adamw-8bit",
-    "paged_adamw_8bit": "paged-adamw-8bit", "paged_adamw": "adamw", "paged_adamw_32bit": "adamw",
-    "adafactor": "adafactor", "sgd": "sgd", "lion_32bit": "lion", "paged_lion_32bit": "lion",
+    "adamw_torch": "adamw",
+    "adamw_hf": "adamw",
+    "adamw_torch_xla": "adamw",
+    "adamw_apex_fused": "adamw-fused",
+    "adamw_torch_fused": "adamw-fused",
+    "adamw_torch_4bit": None,
+    "adamw_torch_8bit": None,
+    "adamw_bnb_8bit": "adamw-8bit",
+    "adamw_8bit": "adamw-8bit",
+    "paged_adamw_8bit": "paged-adamw-8bit",
+    "paged_adamw": "adamw",
+    "paged_adamw_32bit": "adamw",
+    "adafactor": "adafactor",
+    "sgd": "sgd",
+    "lion_32bit": "lion",
+    "paged_lion_32bit": "lion",
 }
 # Settings this module may produce; those estimate() does not take are reported, not passed.
-_DERIVED = ("method", "precision", "optimizer", "batch_size", "seq_len", "gradient_checkpointing",
-            "lora_rank", "lora_targets", "zero_stage", "offload_optimizer", "double_quant",
-            "gradient_accumulation", "lora_dropout")
+_DERIVED = (
+    "method",
+    "precision",
+    "optimizer",
+    "batch_size",
+    "seq_len",
+    "gradient_checkpointing",
+    "lora_rank",
+    "lora_targets",
+    "zero_stage",
+    "offload_optimizer",
+    "double_quant",
+    "gradient_accumulation",
+    "lora_dropout",
+)
 
 
 @dataclass
@@ -49,8 +71,11 @@ def estimate_keywords() -> set[str]:
     """The keyword arguments estimate() takes."""
     from ..memory.estimating import estimate
 
-    return {name for name, p in inspect.signature(estimate).parameters.items()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    return {
+        name
+        for name, p in inspect.signature(estimate).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -84,13 +109,17 @@ def _kind(obj: Any) -> str:
         return "config" if "model_type" in obj else "settings"
     if _get(obj, "per_device_train_batch_size") is not None:
         return "training_args"
-    if _get(obj, "args") is not None and _get(obj, "model") is not None and callable(
-            _get(obj, "train")):
+    if (
+        _get(obj, "args") is not None
+        and _get(obj, "model") is not None
+        and callable(_get(obj, "train"))
+    ):
         return "trainer"
     if isinstance(_get(obj, "r"), int) and hasattr(obj, "target_modules"):
         return "lora"
-    if any(_get(obj, k) is not None for k in ("load_in_4bit", "load_in_8bit",
-                                              "bnb_4bit_quant_type")):
+    if any(
+        _get(obj, k) is not None for k in ("load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type")
+    ):
         return "bnb"
     if _get(obj, "model_type") is not None and callable(_get(obj, "to_dict")):
         return "config"
@@ -116,8 +145,7 @@ class _Reader:
         if kind == "model":
             self.out.model = obj
         elif kind == "settings":
-            self.facts.setdefault("explicit", {}).update(
-                {str(k): v for k, v in obj.items()})
+            self.facts.setdefault("explicit", {}).update({str(k): v for k, v in obj.items()})
         elif kind == "config":
             self._config(obj)
         elif kind == "trainer":
@@ -132,8 +160,10 @@ class _Reader:
         elif kind == "hf_model":
             self._model(obj, depth)
         else:
-            self.note(f"Skipped an object of type {type(obj).__name__}: not a Trainer, "
-                      "TrainingArguments, LoraConfig, BitsAndBytesConfig, model config or model.")
+            self.note(
+                f"Skipped an object of type {type(obj).__name__}: not a Trainer, "
+                "TrainingArguments, LoraConfig, BitsAndBytesConfig, model config or model."
+            )
 
     def _config(self, config: Any) -> None:
         data = config if isinstance(config, Mapping) else None
@@ -181,11 +211,14 @@ class _Reader:
             if mapped:
                 f["optimizer"] = mapped
             else:
-                self.note(f"optim={name!r} is not modelled; the estimate keeps its default "
-                          "optimizer.")
+                self.note(
+                    f"optim={name!r} is not modelled; the estimate keeps its default optimizer."
+                )
         if _get(args, "auto_find_batch_size"):
-            self.note("auto_find_batch_size=True: Trainer halves the batch after each "
-                      "out-of-memory error.")
+            self.note(
+                "auto_find_batch_size=True: Trainer halves the batch after each "
+                "out-of-memory error."
+            )
         fsdp = _get(args, "fsdp")
         if fsdp and fsdp not in ("", [], False):
             f["zero_stage"] = 3
@@ -193,11 +226,14 @@ class _Reader:
             # Accelerate's sync_each_batch (default False): the Trainer then reduces only on
             # the last micro-batch, and FSDP keeps full gradients until then
             kwargs = _get(_get(args, "accelerator_config"), "gradient_accumulation_kwargs")
-            f["fsdp_no_sync"] = not (isinstance(kwargs, Mapping)
-                                     and kwargs.get("sync_each_batch") is True)
+            f["fsdp_no_sync"] = not (
+                isinstance(kwargs, Mapping) and kwargs.get("sync_each_batch") is True
+            )
         self._deepspeed(_get(args, "deepspeed"))
-        self.note(f"Batch, accumulation, checkpointing, precision flags and optimizer from "
-                  f"{type(args).__name__}.")
+        self.note(
+            f"Batch, accumulation, checkpointing, precision flags and optimizer from "
+            f"{type(args).__name__}."
+        )
 
     def _deepspeed(self, config: Any) -> None:
         if not config:
@@ -229,8 +265,10 @@ class _Reader:
         elif isinstance(targets, (list, tuple, set, frozenset)) and targets:
             f["lora_targets"] = tuple(sorted(str(t) for t in targets))
         elif isinstance(targets, str):
-            self.note(f"target_modules={targets!r} (a pattern) is not read; the model family's "
-                      "default targets are assumed.")
+            self.note(
+                f"target_modules={targets!r} (a pattern) is not read; the model family's "
+                "default targets are assumed."
+            )
         dropout = _get(config, "lora_dropout")
         if isinstance(dropout, (int, float)) and dropout > 0:
             f["lora_dropout"] = float(dropout)
@@ -244,13 +282,20 @@ class _Reader:
             self.note("4-bit base weights (QLoRA) from the quantization config.")
         elif _get(config, "load_in_8bit"):
             self.facts["eight_bit"] = True
-            self.note("8-bit base weights (LLM.int8) are not modelled: estimated as LoRA on a "
-                      "bf16 base, which is larger.")
+            self.note(
+                "8-bit base weights (LLM.int8) are not modelled: estimated as LoRA on a "
+                "bf16 base, which is larger."
+            )
 
     def settings(self) -> dict[str, Any]:
         f, s = self.facts, {}
-        method = "qlora" if f.get("four_bit") else "lora" if (
-            f.get("lora") or f.get("eight_bit")) else "full"
+        method = (
+            "qlora"
+            if f.get("four_bit")
+            else "lora"
+            if (f.get("lora") or f.get("eight_bit"))
+            else "full"
+        )
         if f.get("lora") or f.get("four_bit") or f.get("eight_bit") or f.get("args"):
             s["method"] = method
         precision = self._precision(method)
@@ -273,8 +318,10 @@ class _Reader:
         if f.get("bf16") or f.get("fp16"):
             mixed = "bf16-mixed" if f.get("bf16") else "fp16-mixed"
             if method != "full" and base is None:
-                self.note("LoRA: the base model's dtype is not in the objects; the usual bf16 "
-                          "base is assumed (pass the model, or precision=).")
+                self.note(
+                    "LoRA: the base model's dtype is not in the objects; the usual bf16 "
+                    "base is assumed (pass the model, or precision=)."
+                )
                 return usual_precision(method)
             return mixed
         if f.get("args"):
@@ -292,35 +339,49 @@ def describe_run(*objects: Any, model: Any = None, **settings: Any) -> RunDescri
         try:
             reader.read(obj)
         except Exception as err:  # an object whose attributes misbehave
-            reader.note(f"Could not read an object of type {type(obj).__name__} "
-                        f"({type(err).__name__}).")
+            reader.note(
+                f"Could not read an object of type {type(obj).__name__} ({type(err).__name__})."
+            )
     derived = reader.settings()
     derived.update(reader.facts.get("explicit", {}))
     derived.update(settings)
-    if (reader.facts.get("fsdp_no_sync") and derived.get("zero_stage") == 3
-            and (derived.get("gradient_accumulation") or 1) > 1 and "no_sync" not in settings):
+    if (
+        reader.facts.get("fsdp_no_sync")
+        and derived.get("zero_stage") == 3
+        and (derived.get("gradient_accumulation") or 1) > 1
+        and "no_sync" not in settings
+    ):
         if (derived.get("n_gpus") or 1) > 1:
             derived["no_sync"] = True
-            reader.note("FSDP with gradient accumulation: the Trainer reduces gradients on the "
-                        "last micro-batch only (Accelerate's sync_each_batch=False), so each "
-                        "GPU keeps full, unsharded gradients (no_sync=True).")
+            reader.note(
+                "FSDP with gradient accumulation: the Trainer reduces gradients on the "
+                "last micro-batch only (Accelerate's sync_each_batch=False), so each "
+                "GPU keeps full, unsharded gradients (no_sync=True)."
+            )
         else:
-            reader.note("With several GPUs (n_gpus=) this FSDP run keeps full gradients "
-                        "between micro-batches (the Trainer's no_sync).")
+            reader.note(
+                "With several GPUs (n_gpus=) this FSDP run keeps full gradients "
+                "between micro-batches (the Trainer's no_sync)."
+            )
     if "seq_len" not in derived and reader.facts.get("args"):
-        reader.note("No sequence length in the objects (TrainingArguments has none): pass "
-                    "seq_len= (the longest batch your data makes); estimate()'s default is "
-                    "assumed.")
+        reader.note(
+            "No sequence length in the objects (TrainingArguments has none): pass "
+            "seq_len= (the longest batch your data makes); estimate()'s default is "
+            "assumed."
+        )
     known = estimate_keywords()
     out = reader.out
     for name in list(derived):
         if name not in known:
             value = derived.pop(name)
             if name in _DERIVED:
-                out.notes.append(f"{name}={value!r} is not modelled by this version of the "
-                                 "estimate; left out.")
+                out.notes.append(
+                    f"{name}={value!r} is not modelled by this version of the estimate; left out."
+                )
             else:
-                out.notes.append(f"Unknown setting {name!r} left out (estimate() takes "
-                                 f"{', '.join(sorted(known))}).")
+                out.notes.append(
+                    f"Unknown setting {name!r} left out (estimate() takes "
+                    f"{', '.join(sorted(known))})."
+                )
     out.settings = derived
     return out

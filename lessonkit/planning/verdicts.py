@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .fitting import find_fit, method_label, needs_text
 from ..hardware.gpus import GPU, get_gpu
 from ..models.spec import ModelSpec
 from ..units import GiB
+from .fitting import find_fit, method_label, needs_text
 
 ORDER = ("qlora", "lora", "full")
 
 
-def fit_sentence(spec: ModelSpec, label: str, usable_bytes: int, count: int = 1,
-                 native_bf16: bool = True) -> str:
+def fit_sentence(
+    spec: ModelSpec, label: str, usable_bytes: int, count: int = 1, native_bf16: bool = True
+) -> str:
     """E.g. 'T4 (14.75 GiB usable): QLoRA (4-bit) of llama-2-7b fits at ...; full fine-tuning
     needs ...'."""
     fits, misses = [], []
@@ -24,12 +25,15 @@ def fit_sentence(spec: ModelSpec, label: str, usable_bytes: int, count: int = 1,
             fit = find_fit(spec, method, usable_bytes, 1, native_bf16=native_bf16)
         name = method_label(method, native_bf16)
         if fit.fits:
-            fits.append(f"{name} fits at {fit.settings_text()} (peak {fit.peak_bytes / GiB:.1f} GiB)")
+            fits.append(
+                f"{name} fits at {fit.settings_text()} (peak {fit.peak_bytes / GiB:.1f} GiB)"
+            )
         elif method == "full":
             misses.append(needs_text(spec, "full"))
         else:
-            misses.append(f"{name} does not (needs {fit.peak_bytes / GiB:.1f} GiB at "
-                          f"{fit.settings_text()})")
+            misses.append(
+                f"{name} does not (needs {fit.peak_bytes / GiB:.1f} GiB at {fit.settings_text()})"
+            )
     head = f"{count} x {label}" if count > 1 else label
     what = "; ".join(fits) if fits else f"nothing fits for {spec.name}"
     if fits:
@@ -42,9 +46,11 @@ def _fit_words(spec: ModelSpec, method: str, gpu: GPU, count: int = 1) -> tuple[
     fit = find_fit(spec, method, gpu.usable_bytes, count, native_bf16=gpu.native_bf16)
     where = f"{count} x {gpu.name}" if count > 1 else f"one {gpu.name}"
     verb = "fits" if fit.fits else "does not fit"
-    return fit.fits, (f"{method_label(method, gpu.native_bf16)} {verb} on {where} "
-                      f"({fit.peak_bytes / GiB:.1f} of {gpu.usable_text} per GPU, "
-                      f"{fit.settings_text()})")
+    return fit.fits, (
+        f"{method_label(method, gpu.native_bf16)} {verb} on {where} "
+        f"({fit.peak_bytes / GiB:.1f} of {gpu.usable_text} per GPU, "
+        f"{fit.settings_text()})"
+    )
 
 
 def full_on_one_a100(spec: ModelSpec) -> str:
@@ -58,24 +64,32 @@ def full_on_one_a100(spec: ModelSpec) -> str:
         return estimate(spec, method="full", seq_len=512, device="cuda", **kw).total_bytes
 
     plain = peak(precision="bf16-mixed", optimizer="adamw")
-    ways = [("8-bit AdamW", peak(precision="bf16-mixed", optimizer="adamw-8bit")),
-            ("bf16 weights with 8-bit AdamW", peak(precision="bf16", optimizer="adamw-8bit")),
-            ("optimizer states offloaded to the CPU (ZeRO-Offload)",
-             peak(precision="bf16-mixed", zero_stage=1, offload_optimizer=True)),
-            ("ZeRO-3 over 2 GPUs", peak(precision="bf16-mixed", n_gpus=2, zero_stage=3))]
+    ways = [
+        ("8-bit AdamW", peak(precision="bf16-mixed", optimizer="adamw-8bit")),
+        ("bf16 weights with 8-bit AdamW", peak(precision="bf16", optimizer="adamw-8bit")),
+        (
+            "optimizer states offloaded to the CPU (ZeRO-Offload)",
+            peak(precision="bf16-mixed", zero_stage=1, offload_optimizer=True),
+        ),
+        ("ZeRO-3 over 2 GPUs", peak(precision="bf16-mixed", n_gpus=2, zero_stage=3)),
+    ]
     verdict = "agrees" if plain <= usable else "disagrees"
     fixes = [f"{name} ({value / GiB:.1f} GiB)" for name, value in ways if value <= usable]
-    return (f"Matrix 'A100 80GB: full SFT of 7B models' {verdict} for {spec.name}: plain "
-            f"bf16-mixed AdamW (about 16 bytes per parameter) peaks at {plain / GiB:.1f} GiB at batch "
-            f"1 x 512 against {gpu.usable_text} usable"
-            + (f"; it fits with {', or '.join(fixes)}." if plain > usable and fixes else "."))
+    return (
+        f"Matrix 'A100 80GB: full SFT of 7B models' {verdict} for {spec.name}: plain "
+        f"bf16-mixed AdamW (about 16 bytes per parameter) peaks at {plain / GiB:.1f} GiB at batch "
+        f"1 x 512 against {gpu.usable_text} usable"
+        + (f"; it fits with {', or '.join(fixes)}." if plain > usable and fixes else ".")
+    )
 
 
 # The guide's claim at each end of its decision flow (node ids as in charts.FLOW_NODES).
 FLOW_CLAIMS = {
     "colab_lambda": "Flow '7B/8B, low budget -> Google Colab (A100) or Lambda Labs': ",
-    "rtx4090": ("Flow '7B/8B, high budget -> local RTX 4090 workstation' and matrix "
-                "'RTX 4090: SFT of 7B/8B using LoRA': "),
+    "rtx4090": (
+        "Flow '7B/8B, high budget -> local RTX 4090 workstation' and matrix "
+        "'RTX 4090: SFT of 7B/8B using LoRA': "
+    ),
     "cluster": "Flow '70B -> multi-GPU cluster (8x A100s)' ",
 }
 
@@ -92,7 +106,8 @@ def flow_notes(spec: ModelSpec) -> dict[str, str]:
         t4_ok, t4 = _fit_words(spec, "qlora", get_gpu("T4"))
         notes["colab_lambda"] = (
             f"{'agrees for LoRA' if lora_ok else 'disagrees'}: {lora}; {full}. "
-            + (f"Cheaper still: {t4} (free on Colab and Kaggle)." if t4_ok else ""))
+            + (f"Cheaper still: {t4} (free on Colab and Kaggle)." if t4_ok else "")
+        )
         ok, words = _fit_words(spec, "lora", get_gpu("RTX 4090"))
         _, full4090 = _fit_words(spec, "full", get_gpu("RTX 4090"))
         notes["rtx4090"] = f"{'agrees' if ok else 'disagrees'}: {words}; {full4090}."
@@ -100,10 +115,17 @@ def flow_notes(spec: ModelSpec) -> dict[str, str]:
         a100 = get_gpu("A100 80GB")
         lora_ok, lora = _fit_words(spec, "lora", a100, 8)
         full_ok, full = _fit_words(spec, "full", a100, 8)
-        agree = {(True, True): "agrees", (True, False): "agrees for LoRA, not for full fine-tuning",
-                 (False, True): "agrees for full fine-tuning only", (False, False): "disagrees"}
-        notes["cluster"] = (f"{agree[(lora_ok, full_ok)]}: {lora}; {full}"
-                            + ("" if full_ok else f"; {needs_text(spec, 'full')}") + ".")
+        agree = {
+            (True, True): "agrees",
+            (True, False): "agrees for LoRA, not for full fine-tuning",
+            (False, True): "agrees for full fine-tuning only",
+            (False, False): "disagrees",
+        }
+        notes["cluster"] = (
+            f"{agree[(lora_ok, full_ok)]}: {lora}; {full}"
+            + ("" if full_ok else f"; {needs_text(spec, 'full')}")
+            + "."
+        )
     return notes
 
 
@@ -118,11 +140,15 @@ def guide_notes(spec: ModelSpec, rec: Any) -> list[str]:
         a6000 = get_gpu("RTX A6000")
         ok, words = _fit_words(spec, "lora", a6000)
         _, full = _fit_words(spec, "full", a6000)
-        notes.append(f"Matrix 'RTX A6000 48GB: SFT of 13B models': {'agrees for LoRA' if ok else 'disagrees'}: "
-                     f"{words}; {full}.")
+        notes.append(
+            f"Matrix 'RTX A6000 48GB: SFT of 13B models': {'agrees for LoRA' if ok else 'disagrees'}: "
+            f"{words}; {full}."
+        )
     elif 60e9 <= n <= 80e9:
         q_ok, qlora = _fit_words(spec, "qlora", get_gpu("A100 80GB"))
         notes.append(flow["cluster"])
-        notes.append(f"Matrix 'A100 80GB: fine-tuning 70B models': "
-                     f"{'true for QLoRA only' if q_ok else 'disagrees'}: {qlora}.")
+        notes.append(
+            f"Matrix 'A100 80GB: fine-tuning 70B models': "
+            f"{'true for QLoRA only' if q_ok else 'disagrees'}: {qlora}."
+        )
     return notes

@@ -6,11 +6,33 @@ an explorer is built, not when this package is.
 """
 
 from .explorer import static_mode
-from .explorers import (CONTROL_NAMES, VRAM_CONTROLS, decision_flow_explorer, decision_readout,
-                        environment_explorer, environment_rows, fit_summary, gpu_matrix_explorer,
-                        peak_html, setup_html, vram_explorer)
+from .explorers import (
+    CONTROL_NAMES,
+    VRAM_CONTROLS,
+    decision_flow_explorer,
+    decision_readout,
+    environment_explorer,
+    environment_rows,
+    fit_summary,
+    gpu_matrix_explorer,
+    peak_html,
+    setup_html,
+    vram_explorer,
+)
 from .timeline import timeline_explorer
 
-__all__ = ["CONTROL_NAMES", "VRAM_CONTROLS", "decision_flow_explorer", "decision_readout",
-           "environment_explorer", "environment_rows", "fit_summary", "gpu_matrix_explorer",
-           "peak_html", "setup_html", "static_mode", "timeline_explorer", "vram_explorer"]
+__all__ = [
+    "CONTROL_NAMES",
+    "VRAM_CONTROLS",
+    "decision_flow_explorer",
+    "decision_readout",
+    "environment_explorer",
+    "environment_rows",
+    "fit_summary",
+    "gpu_matrix_explorer",
+    "peak_html",
+    "setup_html",
+    "static_mode",
+    "timeline_explorer",
+    "vram_explorer",
+]

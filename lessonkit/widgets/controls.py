@@ -10,48 +10,57 @@ ipywidgets is imported only when a widget is built.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import LessonkitError
-from ..planning.fitting import usual_precision
 from ..options import DEFAULT_LOSS_CHUNKS, LOSSES, METHODS, OPTIMIZERS, PRECISIONS, ZERO_STAGES
+from ..planning.fitting import usual_precision
 
 MODEL_SIZES = ("0.5B", "1B", "3B", "7B", "8B", "13B", "34B", "70B")
-SEQ_LENS = tuple(2**k for k in range(7, 16))          # 128 .. 32768
-LORA_RANKS = tuple(2**k for k in range(0, 9))         # 1 .. 256
+SEQ_LENS = tuple(2**k for k in range(7, 16))  # 128 .. 32768
+LORA_RANKS = tuple(2**k for k in range(9))  # 1 .. 256
 GPU_COUNTS = (1, 2, 4, 8)
 LORA_DROPOUTS = (0.0, 0.05, 0.1)  # peft's default, and what LitGPT, TRL and axolotl recipes use
 TOKEN_COUNTS = (1e6, 1e7, 1e8, 1e9)
-LOSS_CHUNK_COUNTS = tuple(2**k for k in range(0, 8))  # 1 .. 128, the shortest sequence
+LOSS_CHUNK_COUNTS = tuple(2**k for k in range(8))  # 1 .. 128, the shortest sequence
 LOSS_LABELS = {"standard": "standard cross-entropy", "chunked": "chunked cross-entropy"}
 # What each memory saver does, shown as its control's tooltip.
 SAVER_TIPS = {
     "activation_offload": "The tensors saved for the backward pass (with checkpointing: each "
-                          "layer's input) wait in CPU memory (torchtune's OffloadActivations, "
-                          "TRL's activation_offloading).",
+    "layer's input) wait in CPU memory (torchtune's OffloadActivations, "
+    "TRL's activation_offloading).",
     "optimizer_in_backward": "Each parameter takes its optimizer step as soon as its gradient "
-                             "is ready, so gradients are freed layer by layer (torchtune's "
-                             "optimizer_in_bwd).",
+    "is ready, so gradients are freed layer by layer (torchtune's "
+    "optimizer_in_bwd).",
     "loss": "Standard: the whole logits upcast to fp32 at once (transformers). Chunked: the "
-            "output layer and the fp32 upcast one chunk of the sequence at a time (torchtune's "
-            "CEWithChunkedOutputLoss).",
+    "output layer and the fp32 upcast one chunk of the sequence at a time (torchtune's "
+    "CEWithChunkedOutputLoss).",
     "loss_chunks": "How many pieces of the sequence the chunked loss works through one after "
-                   "the other: more chunks, a smaller fp32 copy of the logits at a time "
-                   "(torchtune uses 8).",
+    "the other: more chunks, a smaller fp32 copy of the logits at a time "
+    "(torchtune uses 8).",
 }
 # Estimate keyword -> (CSS name, label) of its control.
 CONTROL_NAMES = {
-    "model": ("model", "Model"), "method": ("method", "Method"),
-    "precision": ("precision", "Precision"), "optimizer": ("optimizer", "Optimizer"),
-    "batch_size": ("batch", "Batch size"), "seq_len": ("seq", "Sequence length"),
-    "lora_rank": ("rank", "LoRA rank"), "lora_dropout": ("dropout", "LoRA dropout"),
+    "model": ("model", "Model"),
+    "method": ("method", "Method"),
+    "precision": ("precision", "Precision"),
+    "optimizer": ("optimizer", "Optimizer"),
+    "batch_size": ("batch", "Batch size"),
+    "seq_len": ("seq", "Sequence length"),
+    "lora_rank": ("rank", "LoRA rank"),
+    "lora_dropout": ("dropout", "LoRA dropout"),
     "gradient_checkpointing": ("checkpointing", "Gradient checkpointing"),
     "activation_offload": ("activation-offload", "Activation offload"),
     "optimizer_in_backward": ("optimizer-in-backward", "Optimizer step in backward"),
-    "loss": ("loss", "Loss"), "loss_chunks": ("chunks", "Chunks"),
-    "n_gpus": ("gpus", "GPUs"), "zero_stage": ("zero", "ZeRO stage"),
-    "gpu_set": ("gpu-set", "GPUs shown"), "tokens": ("tokens", "Training tokens"),
-    "size": ("size", "Model size"), "budget": ("budget", "Budget"),
+    "loss": ("loss", "Loss"),
+    "loss_chunks": ("chunks", "Chunks"),
+    "n_gpus": ("gpus", "GPUs"),
+    "zero_stage": ("zero", "ZeRO stage"),
+    "gpu_set": ("gpu-set", "GPUs shown"),
+    "tokens": ("tokens", "Training tokens"),
+    "size": ("size", "Model size"),
+    "budget": ("budget", "Budget"),
 }
 
 
@@ -65,49 +74,123 @@ def build_control(name: str, value: Any, continuous: bool) -> Any:
     if name == "model":
         options = [(m, m) for m in MODEL_SIZES]
         from ..models.spec import preset_names
+
         options += [(p, p) for p in preset_names()]
         if value not in [v for _, v in options]:
             from ..models.spec import resolve_model
+
             options.insert(0, (resolve_model(value).name, value))
-        widget, kind = W.Dropdown(options=options, value=value, description=label,
-                                  style=style), "dropdown"
+        widget, kind = (
+            W.Dropdown(options=options, value=value, description=label, style=style),
+            "dropdown",
+        )
     elif name == "method":
-        widget, kind = W.ToggleButtons(options=list(METHODS), value=value, description=label,
-                                       style={**style, "button_width": "5.5em"}), "toggle"
+        widget, kind = (
+            W.ToggleButtons(
+                options=list(METHODS),
+                value=value,
+                description=label,
+                style={**style, "button_width": "5.5em"},
+            ),
+            "toggle",
+        )
     elif name in ("precision", "optimizer", "zero_stage", "lora_dropout"):
-        options = {"precision": PRECISIONS, "optimizer": OPTIMIZERS, "zero_stage": ZERO_STAGES,
-                   "lora_dropout": LORA_DROPOUTS}
-        widget, kind = W.Dropdown(options=list(options[name]), value=value, description=label,
-                                  style=style, layout=layout), "dropdown"
+        options = {
+            "precision": PRECISIONS,
+            "optimizer": OPTIMIZERS,
+            "zero_stage": ZERO_STAGES,
+            "lora_dropout": LORA_DROPOUTS,
+        }
+        widget, kind = (
+            W.Dropdown(
+                options=list(options[name]),
+                value=value,
+                description=label,
+                style=style,
+                layout=layout,
+            ),
+            "dropdown",
+        )
     elif name == "batch_size":
-        widget, kind = W.IntSlider(value=value, min=1, max=64, description=label, style=style,
-                                   continuous_update=continuous), "slider"
+        widget, kind = (
+            W.IntSlider(
+                value=value,
+                min=1,
+                max=64,
+                description=label,
+                style=style,
+                continuous_update=continuous,
+            ),
+            "slider",
+        )
     elif name in ("seq_len", "lora_rank", "n_gpus", "tokens"):
-        options = {"seq_len": SEQ_LENS, "lora_rank": LORA_RANKS, "n_gpus": GPU_COUNTS,
-                   "tokens": TOKEN_COUNTS}[name]
+        options = {
+            "seq_len": SEQ_LENS,
+            "lora_rank": LORA_RANKS,
+            "n_gpus": GPU_COUNTS,
+            "tokens": TOKEN_COUNTS,
+        }[name]
         pairs = [(f"{v / 1e6:g}M" if name == "tokens" else str(v), v) for v in options]
-        widget, kind = W.SelectionSlider(options=pairs, value=value, description=label,
-                                         style=style, continuous_update=continuous), "slider"
+        widget, kind = (
+            W.SelectionSlider(
+                options=pairs,
+                value=value,
+                description=label,
+                style=style,
+                continuous_update=continuous,
+            ),
+            "slider",
+        )
     elif name in ("gradient_checkpointing", "activation_offload", "optimizer_in_backward"):
-        widget, kind = W.Checkbox(value=bool(value), description=label, indent=False,
-                                  layout=layout), "checkbox"
+        widget, kind = (
+            W.Checkbox(value=bool(value), description=label, indent=False, layout=layout),
+            "checkbox",
+        )
     elif name == "loss":
-        widget, kind = W.Dropdown(options=[(LOSS_LABELS[v], v) for v in LOSSES], value=value,
-                                  description=label, style=style,  # apart from a checkbox
-                                  layout=W.Layout(width="auto", margin="2px 2px 2px 1.5em")
-                                  ), "dropdown"
+        widget, kind = (
+            W.Dropdown(
+                options=[(LOSS_LABELS[v], v) for v in LOSSES],
+                value=value,
+                description=label,
+                style=style,  # apart from a checkbox
+                layout=W.Layout(width="auto", margin="2px 2px 2px 1.5em"),
+            ),
+            "dropdown",
+        )
     elif name == "loss_chunks":
-        widget, kind = W.Dropdown(options=list(LOSS_CHUNK_COUNTS), value=value,
-                                  description=label, style=style, layout=layout), "dropdown"
+        widget, kind = (
+            W.Dropdown(
+                options=list(LOSS_CHUNK_COUNTS),
+                value=value,
+                description=label,
+                style=style,
+                layout=layout,
+            ),
+            "dropdown",
+        )
     elif name == "gpu_set":
-        widget, kind = W.ToggleButtons(options=["Guide's four", "All"], value=value,
-                                       description=label, style=style), "toggle"
+        widget, kind = (
+            W.ToggleButtons(
+                options=["Guide's four", "All"], value=value, description=label, style=style
+            ),
+            "toggle",
+        )
     elif name == "size":
-        widget, kind = W.Dropdown(options=list(MODEL_SIZES), value=value, description=label,
-                                  style=style, layout=layout), "dropdown"
+        widget, kind = (
+            W.Dropdown(
+                options=list(MODEL_SIZES),
+                value=value,
+                description=label,
+                style=style,
+                layout=layout,
+            ),
+            "dropdown",
+        )
     else:  # budget
-        widget, kind = W.ToggleButtons(options=["Low", "High"], value=value, description=label,
-                                       style=style), "toggle"
+        widget, kind = (
+            W.ToggleButtons(options=["Low", "High"], value=value, description=label, style=style),
+            "toggle",
+        )
     if name in SAVER_TIPS:
         set_tooltip(widget, SAVER_TIPS[name])
     widget.add_class(f"lessonkit-{kind}-{css}")
@@ -122,17 +205,36 @@ def set_tooltip(widget: Any, text: str) -> None:
 
 
 ALLOWED = {  # allowed values of each control, for clear errors on bad defaults
-    "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
-    "zero_stage": ZERO_STAGES, "seq_len": SEQ_LENS, "lora_rank": LORA_RANKS,
-    "lora_dropout": LORA_DROPOUTS, "loss": LOSSES, "loss_chunks": LOSS_CHUNK_COUNTS,
-    "n_gpus": GPU_COUNTS, "tokens": TOKEN_COUNTS, "size": MODEL_SIZES,
-    "budget": ("Low", "High"), "gpu_set": ("Guide's four", "All"),
+    "method": METHODS,
+    "precision": PRECISIONS,
+    "optimizer": OPTIMIZERS,
+    "zero_stage": ZERO_STAGES,
+    "seq_len": SEQ_LENS,
+    "lora_rank": LORA_RANKS,
+    "lora_dropout": LORA_DROPOUTS,
+    "loss": LOSSES,
+    "loss_chunks": LOSS_CHUNK_COUNTS,
+    "n_gpus": GPU_COUNTS,
+    "tokens": TOKEN_COUNTS,
+    "size": MODEL_SIZES,
+    "budget": ("Low", "High"),
+    "gpu_set": ("Guide's four", "All"),
 }
 SETUP_DEFAULTS = {  # estimate()'s own defaults, so an explorer starts where estimate() does
-    "method": "full", "precision": "bf16-mixed", "optimizer": "adamw", "batch_size": 1,
-    "seq_len": 512, "lora_rank": 16, "gradient_checkpointing": False, "n_gpus": 1,
-    "zero_stage": 0, "lora_dropout": 0.0, "activation_offload": False,
-    "optimizer_in_backward": False, "loss": "standard", "loss_chunks": DEFAULT_LOSS_CHUNKS,
+    "method": "full",
+    "precision": "bf16-mixed",
+    "optimizer": "adamw",
+    "batch_size": 1,
+    "seq_len": 512,
+    "lora_rank": 16,
+    "gradient_checkpointing": False,
+    "n_gpus": 1,
+    "zero_stage": 0,
+    "lora_dropout": 0.0,
+    "activation_offload": False,
+    "optimizer_in_backward": False,
+    "loss": "standard",
+    "loss_chunks": DEFAULT_LOSS_CHUNKS,
 }
 FLAGS = ("gradient_checkpointing", "activation_offload", "optimizer_in_backward")
 
@@ -143,13 +245,15 @@ def build_controls(names: list[str], values: dict[str, Any], continuous: bool) -
     for name in names:
         value = values[name]
         allowed = ALLOWED.get(name)
-        if allowed is not None and (value not in allowed or isinstance(value, bool)
-                                    and name not in FLAGS):
-            raise LessonkitError(f"{CONTROL_NAMES[name][1]} {value!r} is not on the control; "
-                                 f"allowed: {', '.join(map(str, allowed))}.")
+        if allowed is not None and (
+            value not in allowed or (isinstance(value, bool) and name not in FLAGS)
+        ):
+            raise LessonkitError(
+                f"{CONTROL_NAMES[name][1]} {value!r} is not on the control; "
+                f"allowed: {', '.join(map(str, allowed))}."
+            )
         if name in FLAGS and not isinstance(value, bool):
-            raise LessonkitError(f"{CONTROL_NAMES[name][1]} must be True or False, got "
-                                 f"{value!r}.")
+            raise LessonkitError(f"{CONTROL_NAMES[name][1]} must be True or False, got {value!r}.")
         if name == "batch_size" and not (isinstance(value, int) and 1 <= value <= 64):
             raise LessonkitError(f"Batch size must be a whole number from 1 to 64, got {value!r}.")
         controls[name] = build_control(name, value, continuous)
@@ -162,28 +266,48 @@ def build_controls(names: list[str], values: dict[str, Any], continuous: bool) -
 SAVERS = ("activation_offload", "optimizer_in_backward")
 SAVER_RULES: dict[str, list[tuple[Callable[[dict[str, Any]], bool], str, str]]] = {
     "activation_offload": [
-        (lambda s: not s.get("gradient_checkpointing"), "needs checkpointing",
-         "Activation offload moves the checkpoints (each layer's input) to CPU memory: turn on "
-         "Gradient checkpointing (gradient_checkpointing=True) first."),
-        (lambda s: s.get("loss") == "chunked", "not with chunked loss",
-         "Activation offload is not modelled together with the chunked loss yet: choose the "
-         "standard cross-entropy (loss='standard') to offload activations."),
-        (lambda s: s.get("zero_stage") == 3, "not with ZeRO-3",
-         "Activation offload is modelled without ZeRO-3 only: choose ZeRO stage 0, 1 or 2."),
-        (lambda s: s.get("method") == "qlora" and s.get("bitsandbytes", "current") != "current",
-         "not with old bitsandbytes",
-         "Activation offload is modelled with current bitsandbytes only (older releases keep "
-         "each 4-bit layer's input where offloading does not reach it)."),
+        (
+            lambda s: not s.get("gradient_checkpointing"),
+            "needs checkpointing",
+            "Activation offload moves the checkpoints (each layer's input) to CPU memory: turn on "
+            "Gradient checkpointing (gradient_checkpointing=True) first.",
+        ),
+        (
+            lambda s: s.get("loss") == "chunked",
+            "not with chunked loss",
+            "Activation offload is not modelled together with the chunked loss yet: choose the "
+            "standard cross-entropy (loss='standard') to offload activations.",
+        ),
+        (
+            lambda s: s.get("zero_stage") == 3,
+            "not with ZeRO-3",
+            "Activation offload is modelled without ZeRO-3 only: choose ZeRO stage 0, 1 or 2.",
+        ),
+        (
+            lambda s: s.get("method") == "qlora" and s.get("bitsandbytes", "current") != "current",
+            "not with old bitsandbytes",
+            "Activation offload is modelled with current bitsandbytes only (older releases keep "
+            "each 4-bit layer's input where offloading does not reach it).",
+        ),
     ],
     "optimizer_in_backward": [
-        (lambda s: s.get("n_gpus", 1) > 1, "one GPU only",
-         "The optimizer step in backward is modelled on one GPU: set GPUs to 1 (n_gpus=1)."),
-        (lambda s: s.get("gradient_accumulation", 1) > 1, "not with accumulation",
-         "The optimizer step in backward steps each parameter as soon as its gradient is "
-         "ready, so there is nothing to accumulate: it needs gradient_accumulation=1."),
-        (lambda s: bool(s.get("offload_optimizer")), "not with optimizer offload",
-         "The optimizer step in backward is modelled without optimizer offload "
-         "(offload_optimizer=False)."),
+        (
+            lambda s: s.get("n_gpus", 1) > 1,
+            "one GPU only",
+            "The optimizer step in backward is modelled on one GPU: set GPUs to 1 (n_gpus=1).",
+        ),
+        (
+            lambda s: s.get("gradient_accumulation", 1) > 1,
+            "not with accumulation",
+            "The optimizer step in backward steps each parameter as soon as its gradient is "
+            "ready, so there is nothing to accumulate: it needs gradient_accumulation=1.",
+        ),
+        (
+            lambda s: bool(s.get("offload_optimizer")),
+            "not with optimizer offload",
+            "The optimizer step in backward is modelled without optimizer offload "
+            "(offload_optimizer=False).",
+        ),
     ],
 }
 
@@ -197,8 +321,9 @@ def saver_blocked(name: str, settings: dict[str, Any]) -> tuple[str, str] | None
     return None
 
 
-def split_defaults(names: list[str], model: Any, defaults: dict[str, Any]
-                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_defaults(
+    names: list[str], model: Any, defaults: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Values for the controls, and the fixed estimate settings passed through unchanged.
     A memory saver started where it cannot be on is a LessonkitError saying why."""
     import inspect
@@ -214,24 +339,29 @@ def split_defaults(names: list[str], model: Any, defaults: dict[str, Any]
         elif key in known:
             fixed[key] = value
         else:
-            raise LessonkitError(f"Unknown setting {key!r}; the explorer takes "
-                                 f"{', '.join(sorted(set(names) | known))}.")
+            raise LessonkitError(
+                f"Unknown setting {key!r}; the explorer takes "
+                f"{', '.join(sorted(set(names) | known))}."
+            )
     if "precision" in names and "precision" not in defaults and values["method"] in METHODS:
         values["precision"] = usual_precision(values["method"])
     for name in SAVERS:
         why = saver_blocked(name, {**values, **fixed}) if name in names else None
         if values[name] is True and why is not None:
-            raise LessonkitError(f"{name}=True cannot be a starting value here ({why[0]}). "
-                                 f"{why[1]}")
+            raise LessonkitError(
+                f"{name}=True cannot be a starting value here ({why[0]}). {why[1]}"
+            )
     return values, fixed
 
 
 def precision_follows_method(controls: dict[str, Any]) -> Callable[[Any], None]:
     """A link: choosing a method moves precision to that method's usual one (the student can
     change it afterwards)."""
+
     def link(change: Any) -> None:
         if change["owner"] is controls["method"] and "precision" in controls:
             controls["precision"].value = usual_precision(change["new"])
+
     return link
 
 
@@ -239,11 +369,13 @@ def savers_follow(controls: dict[str, Any], fixed: dict[str, Any]) -> Callable[[
     """A link: a memory saver that a change rules out (e.g. activation offload when
     checkpointing is turned off) switches itself off, so the readout never shows an error
     for it; ``sync_enabled`` greys it out and says why."""
+
     def link(change: Any) -> None:
         settings = {**{k: w.value for k, w in controls.items()}, **fixed}
         for name in SAVERS:
             if name in controls and controls[name].value and saver_blocked(name, settings):
                 controls[name].value = settings[name] = False
+
     return link
 
 
@@ -263,8 +395,9 @@ def estimate_settings(controls: dict[str, Any], fixed: dict[str, Any]) -> dict[s
     for name in SAVERS:
         if name in controls and settings[name] and saver_blocked(name, settings):
             settings[name] = False
-    if settings.get("no_sync") and (settings.get("n_gpus", 1) == 1
-                                    or settings.get("zero_stage") == 2):
+    if settings.get("no_sync") and (
+        settings.get("n_gpus", 1) == 1 or settings.get("zero_stage") == 2
+    ):
         settings["no_sync"] = False  # a fixed no_sync applies where estimate takes it
     return settings
 
@@ -283,8 +416,9 @@ def sync_enabled(controls: dict[str, Any], settings: dict[str, Any] | None = Non
         if name not in controls:
             continue
         widget, label = controls[name], CONTROL_NAMES[name][1]
-        why = saver_blocked(name, settings if settings is not None else
-                            {k: w.value for k, w in controls.items()})
+        why = saver_blocked(
+            name, settings if settings is not None else {k: w.value for k, w in controls.items()}
+        )
         widget.disabled = why is not None
         widget.description = label if why is None else f"{label} ({why[0]})"
         set_tooltip(widget, SAVER_TIPS[name] if why is None else why[1])

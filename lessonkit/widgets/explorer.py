@@ -33,7 +33,8 @@ import base64
 import html
 import io
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import LessonkitError
 
@@ -50,8 +51,9 @@ def static_mode() -> bool:
 
 def _error_html(exc: BaseException) -> str:
     text = str(exc) if isinstance(exc, LessonkitError) else f"{type(exc).__name__}: {exc}"
-    return (f"<div style='color:#B22222'><b>Cannot show this combination.</b> "
-            f"{html.escape(text)}</div>")
+    return (
+        f"<div style='color:#B22222'><b>Cannot show this combination.</b> {html.escape(text)}</div>"
+    )
 
 
 _EXPLORER_CLASS: Any = None
@@ -67,11 +69,18 @@ def explorer_class() -> Any:
     class Explorer(W.VBox):
         """Controls, a text readout and a chart that redraws in place when a control changes."""
 
-        def __init__(self, kind: str, controls: dict[str, Any], update: Callable[[Any], str],
-                     figure: Any, layout_rows: list[list[str]],
-                     static_key: Callable[[], Any] | None = None,
-                     live: Callable[[], list[Any]] | None = None,
-                     link: Callable[[Any], None] | None = None, **attributes: Any) -> None:
+        def __init__(
+            self,
+            kind: str,
+            controls: dict[str, Any],
+            update: Callable[[Any], str],
+            figure: Any,
+            layout_rows: list[list[str]],
+            static_key: Callable[[], Any] | None = None,
+            live: Callable[[], list[Any]] | None = None,
+            link: Callable[[Any], None] | None = None,
+            **attributes: Any,
+        ) -> None:
             for key, value in attributes.items():
                 setattr(self, key, value)
             self.controls = controls
@@ -80,8 +89,9 @@ def explorer_class() -> Any:
             self.readout = W.HTML(layout=W.Layout(min_height="3.2em"))
             self.readout.add_class("lessonkit-readout")
             width, height = (int(v * CHART_DPI) for v in figure.get_size_inches())
-            self.output = W.Output(layout=W.Layout(height=f"{height + 8}px",
-                                                   width=f"{width + 8}px", overflow="hidden"))
+            self.output = W.Output(
+                layout=W.Layout(height=f"{height + 8}px", width=f"{width + 8}px", overflow="hidden")
+            )
             self.output.add_class("lessonkit-chart")
             self.error: BaseException | None = None
             self._png = b""
@@ -94,12 +104,14 @@ def explorer_class() -> Any:
             self._rows: Callable[[], list[Any]] | None = None
             self._row_pictures: dict[Any, Any] = {}  # (static key, row key) -> saved band
             self._frame_key: Any = None
-            boxes = [W.HBox([controls[n] for n in row if n in controls])
-                     for row in layout_rows]
+            boxes = [W.HBox([controls[n] for n in row if n in controls]) for row in layout_rows]
             self.initial = {name: control.value for name, control in controls.items()}
-            self.reset_button = W.Button(description="Reset", icon="undo",
-                                         tooltip="Put every control back where it started",
-                                         layout=W.Layout(width="auto"))
+            self.reset_button = W.Button(
+                description="Reset",
+                icon="undo",
+                tooltip="Put every control back where it started",
+                layout=W.Layout(width="auto"),
+            )
             self.reset_button.add_class("lessonkit-button-reset")
             self.reset_button.on_click(lambda _button: self.reset())
             super().__init__([*boxes, W.HBox([self.reset_button]), self.readout, self.output])
@@ -149,10 +161,11 @@ def explorer_class() -> Any:
             self.error = None
             self.readout.value = readout
             self._png = png
-            data = {"image/png": base64.b64encode(png).decode("ascii"),
-                    "text/plain": "<lessonkit chart>"}
-            self.output.outputs = ({"output_type": "display_data", "data": data,
-                                    "metadata": {}},)
+            data = {
+                "image/png": base64.b64encode(png).decode("ascii"),
+                "text/plain": "<lessonkit chart>",
+            }
+            self.output.outputs = ({"output_type": "display_data", "data": data, "metadata": {}},)
 
         def _show_error(self, exc: BaseException) -> None:
             """The message in the readout, and no chart: the previous one would show its bars
@@ -160,8 +173,7 @@ def explorer_class() -> Any:
             self.error = exc
             self.readout.value = _error_html(exc)
             self._png = b""
-            self.output.outputs = ({"output_type": "stream", "name": "stdout",
-                                    "text": NO_CHART},)
+            self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": NO_CHART},)
 
         def png(self) -> bytes:
             """The figure as it is now, as PNG bytes."""
@@ -208,8 +220,9 @@ def explorer_class() -> Any:
             from PIL import Image
 
             width, height = canvas.get_width_height()
-            image = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw",
-                                     "RGBA", 0, 1)
+            image = Image.frombuffer(
+                "RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1
+            )
             if self.figure.get_facecolor()[3] == 1:  # opaque: RGB is the same picture, smaller
                 image = image.convert("RGB")
             buffer = io.BytesIO()
@@ -243,10 +256,14 @@ def explorer_class() -> Any:
             if parent is not None:  # ipywidgets 8
                 bundle = dict(parent(**kwargs) or {})
             else:  # ipywidgets 7 (Colab) builds its bundle inside _ipython_display_
-                bundle = {"text/plain": repr(self)[:110],
-                          "application/vnd.jupyter.widget-view+json": {
-                              "version_major": 2, "version_minor": 0,
-                              "model_id": self._model_id}}
+                bundle = {
+                    "text/plain": repr(self)[:110],
+                    "application/vnd.jupyter.widget-view+json": {
+                        "version_major": 2,
+                        "version_minor": 0,
+                        "model_id": self._model_id,
+                    },
+                }
             if self.error is None:
                 bundle["image/png"] = base64.b64encode(self._png or self.png()).decode("ascii")
             if static_mode():
@@ -255,6 +272,7 @@ def explorer_class() -> Any:
             return bundle
 
         if hasattr(W.Widget, "_ipython_display_"):  # ipywidgets 7 displays through this hook
+
             def _ipython_display_(self, **kwargs: Any) -> None:
                 from IPython.display import display
 

@@ -39,19 +39,50 @@ from typing import Any
 
 from ..charts import memory_charts, planning_charts
 from ..hardware import gpu_records
-from .controls import (CONTROL_NAMES, GPU_COUNTS, LORA_RANKS, MODEL_SIZES, SEQ_LENS,
-                       SETUP_DEFAULTS, TOKEN_COUNTS, build_controls, estimate_settings,
-                       precision_follows_method, savers_follow, split_defaults, sync_enabled)
-from .explorer import CHART_DPI, explorer_class, new_figure, static_mode
 from ..planning.fitting import method_label
 from ..units import GiB, format_hours
+from .controls import (
+    CONTROL_NAMES,
+    GPU_COUNTS,
+    LORA_RANKS,
+    MODEL_SIZES,
+    SEQ_LENS,
+    SETUP_DEFAULTS,
+    TOKEN_COUNTS,
+    build_controls,
+    estimate_settings,
+    precision_follows_method,
+    savers_follow,
+    split_defaults,
+    sync_enabled,
+)
+from .explorer import CHART_DPI, explorer_class, new_figure, static_mode
 
 __all__ = [
-    "CHART_DPI", "CONTROL_NAMES", "GPU_COUNTS", "GUIDE_ANSWERS", "LORA_RANKS", "MODEL_SIZES",
-    "PRECISION_WORDS", "SEQ_LENS", "SETUP_CONTROLS", "SETUP_DEFAULTS", "TOKEN_COUNTS",
-    "VRAM_CONTROLS", "decision_flow_explorer", "decision_readout", "environment_explorer",
-    "environment_rows", "fit_summary", "gpu_matrix_explorer", "peak_html", "precision_words",
-    "saver_words", "setup_html", "static_mode", "vram_explorer",
+    "CHART_DPI",
+    "CONTROL_NAMES",
+    "GPU_COUNTS",
+    "GUIDE_ANSWERS",
+    "LORA_RANKS",
+    "MODEL_SIZES",
+    "PRECISION_WORDS",
+    "SEQ_LENS",
+    "SETUP_CONTROLS",
+    "SETUP_DEFAULTS",
+    "TOKEN_COUNTS",
+    "VRAM_CONTROLS",
+    "decision_flow_explorer",
+    "decision_readout",
+    "environment_explorer",
+    "environment_rows",
+    "fit_summary",
+    "gpu_matrix_explorer",
+    "peak_html",
+    "precision_words",
+    "saver_words",
+    "setup_html",
+    "static_mode",
+    "vram_explorer",
 ]
 
 
@@ -63,14 +94,18 @@ def _estimate(model: Any, **settings: Any) -> Any:
 
 def peak_html(report: Any) -> str:
     total = report.total_bytes
-    return (f"<b>Peak per GPU: {total / GiB:,.1f} GiB</b> (during the "
-            f"{html.escape(str(report.peak_phase))})")
+    return (
+        f"<b>Peak per GPU: {total / GiB:,.1f} GiB</b> (during the "
+        f"{html.escape(str(report.peak_phase))})"
+    )
 
 
 # What each precision keeps in which dtype; LoRA and QLoRA name their frozen base weights.
 PRECISION_WORDS = {
-    "fp32": "everything in fp32", "bf16-mixed": "fp32 weights, bf16 autocast",
-    "fp16-mixed": "fp32 weights, fp16 autocast", "bf16": "bf16 weights",
+    "fp32": "everything in fp32",
+    "bf16-mixed": "fp32 weights, bf16 autocast",
+    "fp16-mixed": "fp32 weights, fp16 autocast",
+    "bf16": "bf16 weights",
     "bf16-master": "bf16 weights, fp32 master copy",
 }
 
@@ -83,8 +118,11 @@ def precision_words(settings: dict[str, Any]) -> str:
         compute = {"fp32": "fp32", "fp16-mixed": "fp16"}.get(precision, "bf16")
         words = f"4-bit NF4 base weights, {compute} compute"
     elif method == "lora":
-        words = words.replace("fp32 weights", "fp32 base weights").replace(
-            "bf16 weights", "bf16 base weights").replace("everything", "base weights")
+        words = (
+            words.replace("fp32 weights", "fp32 base weights")
+            .replace("bf16 weights", "bf16 base weights")
+            .replace("everything", "base weights")
+        )
     if method in ("lora", "qlora"):
         words += f", {settings.get('lora_dtype', 'fp32')} adapters"
     return words
@@ -94,9 +132,11 @@ def setup_html(report: Any) -> str:
     """HTML: method, precision (in words) and optimizer of the estimate shown; for LoRA and
     QLoRA the adapters' rank and target modules."""
     s = report.settings
-    text = (f"{html.escape(str(s.get('method')))}, precision "
-            f"<b>{html.escape(str(s.get('precision')))}</b> "
-            f"({html.escape(precision_words(s))}), {html.escape(str(s.get('optimizer')))}")
+    text = (
+        f"{html.escape(str(s.get('method')))}, precision "
+        f"<b>{html.escape(str(s.get('precision')))}</b> "
+        f"({html.escape(precision_words(s))}), {html.escape(str(s.get('optimizer')))}"
+    )
     if s.get("method") in ("lora", "qlora") and s.get("lora_targets"):
         targets = ", ".join(str(t) for t in s["lora_targets"])
         text += f"; LoRA rank {s.get('lora_rank')} on {html.escape(targets)}"
@@ -104,8 +144,10 @@ def setup_html(report: Any) -> str:
     if savers:
         text += f"; memory savers: {html.escape(', '.join(savers))}"
     if s.get("no_sync"):
-        text += (f"; no_sync: gradients reduced on the last of {s['gradient_accumulation']} "
-                 "micro-batches only")
+        text += (
+            f"; no_sync: gradients reduced on the last of {s['gradient_accumulation']} "
+            "micro-batches only"
+        )
     return text
 
 
@@ -128,12 +170,17 @@ def ddp_note(report: Any) -> str:
         return ""
     one = _estimate(report.model, **{**_plain_settings(s), "n_gpus": 1, "zero_stage": 0})
     rise = report.total_bytes - one.total_bytes
-    change = (f"the per-GPU peak rises by {rise / GiB:,.1f} GiB over one GPU" if rise >= 0.05 * GiB
-              else "the per-GPU peak stays that of one GPU (the trainable part is small)")
-    return (f"<br>{s['n_gpus']} GPUs at ZeRO-0 (plain DDP): every GPU keeps the whole model, "
-            f"its gradients and optimizer states, plus DDP's gradient buckets (as large as the "
-            f"gradients), so {change}. ZeRO-1/2/3 (or FSDP) shard the states, gradients and "
-            f"weights over the GPUs.")
+    change = (
+        f"the per-GPU peak rises by {rise / GiB:,.1f} GiB over one GPU"
+        if rise >= 0.05 * GiB
+        else "the per-GPU peak stays that of one GPU (the trainable part is small)"
+    )
+    return (
+        f"<br>{s['n_gpus']} GPUs at ZeRO-0 (plain DDP): every GPU keeps the whole model, "
+        f"its gradients and optimizer states, plus DDP's gradient buckets (as large as the "
+        f"gradients), so {change}. ZeRO-1/2/3 (or FSDP) shard the states, gradients and "
+        f"weights over the GPUs."
+    )
 
 
 def _plain_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -153,29 +200,54 @@ def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
     head = f"{peak_html(report)}<br>Setup: {setup_html(report)}"
     if not gpus:  # no catalog: compare with the cards' full sizes (GiB), an upper bound
         sizes = [s for s in memory_charts.COMMON_GPU_SIZES_GB if report.fits(s * GiB)]
-        fits = (f"Fits in the full {sizes[0]:g} GiB of a {sizes[0]:g} GB card and larger "
-                f"(usable memory is a little less)") if sizes else \
-            "<b>Does not fit on any single GPU size shown</b>"
+        fits = (
+            (
+                f"Fits in the full {sizes[0]:g} GiB of a {sizes[0]:g} GB card and larger "
+                f"(usable memory is a little less)"
+            )
+            if sizes
+            else "<b>Does not fit on any single GPU size shown</b>"
+        )
         return f"{head}.<br>{fits}."
-    ordered = sorted(gpus, key=lambda g: (gpu_records.gpu_usable_bytes(g), gpu_records.gpu_label(g)))
+    ordered = sorted(
+        gpus, key=lambda g: (gpu_records.gpu_usable_bytes(g), gpu_records.gpu_label(g))
+    )
     fit = [g for g in ordered if gpu_records.gpu_fits(g, report)]
     if not fit:
         biggest = ordered[-1]
-        return (f"{head}.<br><b style='color:#B22222'>Does not fit on any single GPU</b> {where} "
-                f"(largest: {html.escape(gpu_records.gpu_label(biggest))}, "
-                f"{html.escape(gpu_records.usable_text(biggest))} usable, "
-                f"{html.escape(gpu_records.headroom_text(biggest, report))}).")
+        return (
+            f"{head}.<br><b style='color:#B22222'>Does not fit on any single GPU</b> {where} "
+            f"(largest: {html.escape(gpu_records.gpu_label(biggest))}, "
+            f"{html.escape(gpu_records.usable_text(biggest))} usable, "
+            f"{html.escape(gpu_records.headroom_text(biggest, report))})."
+        )
     names = ", ".join(html.escape(gpu_records.gpu_label(g)) for g in fit)
-    return (f"{head}.<br>Fits on {len(fit)} of {len(gpus)} GPUs: {names}.<br>Smallest that "
-            f"fits: {html.escape(gpu_records.gpu_label(fit[0]))}, "
-            f"{html.escape(gpu_records.usable_text(fit[0]))} usable, "
-            f"{html.escape(gpu_records.headroom_text(fit[0], report))}.")
+    return (
+        f"{head}.<br>Fits on {len(fit)} of {len(gpus)} GPUs: {names}.<br>Smallest that "
+        f"fits: {html.escape(gpu_records.gpu_label(fit[0]))}, "
+        f"{html.escape(gpu_records.usable_text(fit[0]))} usable, "
+        f"{html.escape(gpu_records.headroom_text(fit[0], report))}."
+    )
 
 
 # ----- the explorers -----------------------------------------------------------------------
-VRAM_CONTROLS = ["model", "method", "precision", "optimizer", "optimizer_in_backward",
-                 "batch_size", "seq_len", "lora_rank", "lora_dropout", "gradient_checkpointing",
-                 "activation_offload", "loss", "loss_chunks", "n_gpus", "zero_stage"]
+VRAM_CONTROLS = [
+    "model",
+    "method",
+    "precision",
+    "optimizer",
+    "optimizer_in_backward",
+    "batch_size",
+    "seq_len",
+    "lora_rank",
+    "lora_dropout",
+    "gradient_checkpointing",
+    "activation_offload",
+    "loss",
+    "loss_chunks",
+    "n_gpus",
+    "zero_stage",
+]
 
 
 def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defaults: Any) -> Any:
@@ -206,22 +278,46 @@ def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defau
         return fit_summary(report)
 
     return explorer_class()(
-        "vram", controls, update, figure,
-        [["model", "method"], ["precision", "optimizer", "optimizer_in_backward"],
-         ["batch_size", "seq_len"], ["lora_rank", "lora_dropout"],
-         ["gradient_checkpointing", "activation_offload"], ["loss", "loss_chunks"],
-         ["n_gpus", "zero_stage"]],
-        static_key=chart.static_key, live=chart.live_artists,
+        "vram",
+        controls,
+        update,
+        figure,
+        [
+            ["model", "method"],
+            ["precision", "optimizer", "optimizer_in_backward"],
+            ["batch_size", "seq_len"],
+            ["lora_rank", "lora_dropout"],
+            ["gradient_checkpointing", "activation_offload"],
+            ["loss", "loss_chunks"],
+            ["n_gpus", "zero_stage"],
+        ],
+        static_key=chart.static_key,
+        live=chart.live_artists,
         link=lambda change: (precision(change), savers(change)),
-        chart=chart, report=None)
+        chart=chart,
+        report=None,
+    )
 
 
-SETUP_CONTROLS = ["model", "method", "precision", "optimizer", "batch_size", "seq_len",
-                  "lora_rank", "gradient_checkpointing"]
+SETUP_CONTROLS = [
+    "model",
+    "method",
+    "precision",
+    "optimizer",
+    "batch_size",
+    "seq_len",
+    "lora_rank",
+    "gradient_checkpointing",
+]
 
 
-def gpu_matrix_explorer(model: Any = "7B", gpus: list[Any] | None = None, *,
-                        continuous_update: bool = False, **defaults: Any) -> Any:
+def gpu_matrix_explorer(
+    model: Any = "7B",
+    gpus: list[Any] | None = None,
+    *,
+    continuous_update: bool = False,
+    **defaults: Any,
+) -> Any:
     """Choose a setup and see which GPUs of the catalog fit it (``charts.draw_gpu_fit``).
 
     ``gpus`` (names or records) fixes the GPUs shown; otherwise a toggle switches between the
@@ -231,8 +327,9 @@ def gpu_matrix_explorer(model: Any = "7B", gpus: list[Any] | None = None, *,
 
     fixed_gpus = None if gpus is None else [get_gpu(g) for g in gpus]
     names = SETUP_CONTROLS + ([] if fixed_gpus is not None else ["gpu_set"])
-    values, fixed = split_defaults(names, model, {"gpu_set": "Guide's four", **defaults}
-                                    if fixed_gpus is None else defaults)
+    values, fixed = split_defaults(
+        names, model, {"gpu_set": "Guide's four", **defaults} if fixed_gpus is None else defaults
+    )
     controls = build_controls(names, values, continuous_update)
     figure = new_figure(7.5, 4.6, left=0.26, right=0.97, bottom=0.12, top=0.86)
     ax = figure.add_subplot()
@@ -240,8 +337,11 @@ def gpu_matrix_explorer(model: Any = "7B", gpus: list[Any] | None = None, *,
     def update(explorer: Any) -> str:
         sync_enabled(controls)
         report = _estimate(controls["model"].value, **estimate_settings(controls, fixed))
-        shown = fixed_gpus if fixed_gpus is not None else list_gpus(
-            in_guide=True if controls["gpu_set"].value == "Guide's four" else None)
+        shown = (
+            fixed_gpus
+            if fixed_gpus is not None
+            else list_gpus(in_guide=True if controls["gpu_set"].value == "Guide's four" else None)
+        )
         names = sorted(g.name for g in shown)
         if explorer.drawn is not None and explorer.shown_names == names:
             memory_charts.update_gpu_fit(ax, explorer.drawn, report, settings=False)  # in place
@@ -264,10 +364,22 @@ def gpu_matrix_explorer(model: Any = "7B", gpus: list[Any] | None = None, *,
     holder: list[Any] = []
 
     explorer = explorer_class()(
-        "gpu-matrix", controls, update, figure,
-        [["model", "method"], ["precision", "optimizer"], ["batch_size", "seq_len"],
-         ["lora_rank", "gradient_checkpointing"], ["gpu_set"]],
-        link=precision_follows_method(controls), report=None, drawn=None, shown_names=None)
+        "gpu-matrix",
+        controls,
+        update,
+        figure,
+        [
+            ["model", "method"],
+            ["precision", "optimizer"],
+            ["batch_size", "seq_len"],
+            ["lora_rank", "gradient_checkpointing"],
+            ["gpu_set"],
+        ],
+        link=precision_follows_method(controls),
+        report=None,
+        drawn=None,
+        shown_names=None,
+    )
     holder.append(explorer)
     explorer._static_key, explorer._live = static_key, live
     return explorer
@@ -287,18 +399,42 @@ def environment_rows(recommendation: Any) -> list[dict[str, Any]]:
         option = best.get(env.key)
         if option is None:
             note = recommendation.left_out.get(env.key, "no GPU setup it offers fits this run")
-            rows.append({"name": env.name, "cost": None, "hours": None, "tier": env.tier_name,
-                         "gpu": "", "note": note, "option": None})
+            rows.append(
+                {
+                    "name": env.name,
+                    "cost": None,
+                    "hours": None,
+                    "tier": env.tier_name,
+                    "gpu": "",
+                    "note": note,
+                    "option": None,
+                }
+            )
             continue
         gpu = option.gpu if option.count == 1 else f"{option.count}x {option.gpu}"
-        rows.append({"name": env.name, "cost": option.cost_usd, "hours": option.hours,
-                     "tier": option.tier, "gpu": gpu, "note": option.note, "option": option})
+        rows.append(
+            {
+                "name": env.name,
+                "cost": option.cost_usd,
+                "hours": option.hours,
+                "tier": option.tier,
+                "gpu": gpu,
+                "note": option.note,
+                "option": option,
+            }
+        )
     return rows
 
 
-def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: float = 1e7,
-                         batch_size: int = 4, seq_len: int = 512,
-                         continuous_update: bool = False) -> Any:
+def environment_explorer(
+    model: Any = "7B",
+    *,
+    method: str = "lora",
+    tokens: float = 1e7,
+    batch_size: int = 4,
+    seq_len: int = 512,
+    continuous_update: bool = False,
+) -> Any:
     """Compare the cost and time of one run across the catalog's environments.
 
     Each environment shows the cheapest GPU setup that ``lessonkit.recommend`` finds for it;
@@ -307,20 +443,32 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
     from ..planning.recommender import recommend
 
     names = ["model", "method", "batch_size", "seq_len", "tokens"]
-    values = {"model": model, "method": method, "tokens": tokens, "batch_size": batch_size,
-              "seq_len": seq_len}
+    values = {
+        "model": model,
+        "method": method,
+        "tokens": tokens,
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+    }
     controls = build_controls(names, values, continuous_update)
     figure = new_figure(7.5, 4.2, left=0.27, right=0.97, bottom=0.12, top=0.88)
     ax = figure.add_subplot()
 
     def update(explorer: Any) -> str:
         c = {k: w.value for k, w in controls.items()}
-        rec = recommend(c["model"], method=c["method"], tokens=c["tokens"],
-                        batch_size=c["batch_size"], seq_len=c["seq_len"])
+        rec = recommend(
+            c["model"],
+            method=c["method"],
+            tokens=c["tokens"],
+            batch_size=c["batch_size"],
+            seq_len=c["seq_len"],
+        )
         rows = environment_rows(rec)
         names = [r["name"] for r in rows]
         if explorer.drawn is not None and explorer.drawn["names"] == names:
-            planning_charts.update_environment_costs(ax, explorer.drawn, rows)  # same bars, in place
+            planning_charts.update_environment_costs(
+                ax, explorer.drawn, rows
+            )  # same bars, in place
         else:
             ax.clear()
             explorer.drawn = planning_charts.draw_environment_costs(ax, rows)
@@ -330,26 +478,40 @@ def environment_explorer(model: Any = "7B", *, method: str = "lora", tokens: flo
         if ax.get_title() != title:
             ax.set_title(title, fontsize=9)
         explorer.recommendation, explorer.rows = rec, rows
-        run = (f"{c['tokens'] / 1e6:g}M training tokens at batch {c['batch_size']} x "
-               f"{c['seq_len']}. ")
+        run = (
+            f"{c['tokens'] / 1e6:g}M training tokens at batch {c['batch_size']} x {c['seq_len']}. "
+        )
         possible = [r for r in rows if r["cost"] is not None]
         if not possible:
-            return (f"{run}<b style='color:#B22222'>No environment offers a GPU setup that fits "
-                    "this run.</b>")
+            return (
+                f"{run}<b style='color:#B22222'>No environment offers a GPU setup that fits "
+                "this run.</b>"
+            )
         cheapest = min(possible, key=lambda r: (r["cost"], r["hours"]))
         fastest = min(possible, key=lambda r: r["hours"])
-        return (f"{run}Cheapest run: {html.escape(cheapest['name'])} on "
-                f"{html.escape(cheapest['gpu'])}, ${cheapest['cost']:,.2f} "
-                f"({format_hours(cheapest['hours'])}). Fastest: {html.escape(fastest['name'])} on "
-                f"{html.escape(fastest['gpu'])}, {format_hours(fastest['hours'])} "
-                f"(${fastest['cost']:,.2f}).<br><small>Time assumes {rec.mfu:.0%} of each GPU's "
-                f"dense bf16 TFLOPS; prices are typical on-demand rates per GPU-hour.</small>")
+        return (
+            f"{run}Cheapest run: {html.escape(cheapest['name'])} on "
+            f"{html.escape(cheapest['gpu'])}, ${cheapest['cost']:,.2f} "
+            f"({format_hours(cheapest['hours'])}). Fastest: {html.escape(fastest['name'])} on "
+            f"{html.escape(fastest['gpu'])}, {format_hours(fastest['hours'])} "
+            f"(${fastest['cost']:,.2f}).<br><small>Time assumes {rec.mfu:.0%} of each GPU's "
+            f"dense bf16 TFLOPS; prices are typical on-demand rates per GPU-hour.</small>"
+        )
 
     explorer = explorer_class()(
-        "environment", controls, update, figure,
+        "environment",
+        controls,
+        update,
+        figure,
         [["model", "method"], ["batch_size", "seq_len"], ["tokens"]],
-        recommendation=None, rows=None, drawn=None)
-    explorer._static_key = lambda: (0, planning_charts.environment_costs_static_key(ax, explorer.drawn))
+        recommendation=None,
+        rows=None,
+        drawn=None,
+    )
+    explorer._static_key = lambda: (
+        0,
+        planning_charts.environment_costs_static_key(ax, explorer.drawn),
+    )
     explorer._live = lambda: planning_charts.environment_costs_live_artists(ax, explorer.drawn)
     explorer._rows = lambda: planning_charts.environment_costs_rows(ax, explorer.drawn)
     return explorer
@@ -385,10 +547,18 @@ def decision_flow_explorer(size: str = "7B", budget: str = "Low") -> Any:
         return decision_readout(path, rec)
 
     # The picture depends on the path alone: one saved picture per path, nothing live.
-    explorer = explorer_class()("decision-flow", controls, update, figure, [["size", "budget"]],
-                                path=None, drawn=None, recommendation=None)
+    explorer = explorer_class()(
+        "decision-flow",
+        controls,
+        update,
+        figure,
+        [["size", "budget"]],
+        path=None,
+        drawn=None,
+        recommendation=None,
+    )
     explorer._static_key = lambda: (0, tuple(explorer.path or ()))
-    explorer._live = lambda: []
+    explorer._live = list
     return explorer
 
 
@@ -401,8 +571,8 @@ def _recommend(model: Any, **kwargs: Any) -> Any:
 def decision_readout(path: list[str], rec: Any) -> str:
     """HTML: the guide's answer for ``path``, that answer checked, and the recommendation's
     cheapest setup per method."""
-    from ..planning.fitting import METHOD_WORDS, needs_text
     from ..hardware.gpus import get_gpu
+    from ..planning.fitting import METHOD_WORDS, needs_text
     from ..planning.verdicts import flow_notes
 
     end = path[-1]
@@ -417,9 +587,11 @@ def decision_readout(path: list[str], rec: Any) -> str:
         lines = [f"The guide's flow has no branch for {esc(spec.name)} models."]
     capped = rec.budget is not None and rec.budget != math.inf
     budget = f"budget at most ${rec.budget:.2f}/h" if capped else "no budget limit"
-    lines.append(f"<code>lessonkit.recommend</code> for {esc(spec.name)} ({budget}): per method, "
-                 f"the setup that fits with the cheapest work (dollars per million training "
-                 f"tokens, not the lowest price per hour):")
+    lines.append(
+        f"<code>lessonkit.recommend</code> for {esc(spec.name)} ({budget}): per method, "
+        f"the setup that fits with the cheapest work (dollars per million training "
+        f"tokens, not the lowest price per hour):"
+    )
     best = rec.best_per_method()
     for method in ("qlora", "lora", "full"):
         option = best.get(method)
@@ -429,8 +601,12 @@ def decision_readout(path: list[str], rec: Any) -> str:
                 why = f"nothing within ${rec.budget:.2f}/h; {why}"
             lines.append(f"{esc(METHOD_WORDS[method])}: {esc(why)}")
             continue
-        price = ("free" if option.price_per_hour == 0 else f"${option.price_per_hour:,.2f}/h, "
-                 f"${option.usd_per_million_tokens:,.2f} per million tokens")
+        price = (
+            "free"
+            if option.price_per_hour == 0
+            else f"${option.price_per_hour:,.2f}/h, "
+            f"${option.usd_per_million_tokens:,.2f} per million tokens"
+        )
         if option.purchase_usd:
             low, high = (v * option.count for v in option.purchase_usd)
             cards = "cards" if option.count > 1 else "card"
@@ -438,10 +614,13 @@ def decision_readout(path: list[str], rec: Any) -> str:
         label = method_label(method, get_gpu(option.gpu).native_bf16)
         s = option.settings
         run = f"batch {s['batch_size']} x {s['seq_len']}" + (
-            " with checkpointing" if s["gradient_checkpointing"] else "")
+            " with checkpointing" if s["gradient_checkpointing"] else ""
+        )
         caveat = get_gpu(option.gpu).caveat
-        lines.append(f"{esc(label)}: <b>{esc(option.setup)}</b> on {esc(option.name)}, peak "
-                     f"{option.peak_bytes / GiB:,.1f} GiB per "
-                     f"GPU at {run}, {esc(price)}"
-                     + (f" <small>(note: {esc(caveat)})</small>" if caveat else ""))
+        lines.append(
+            f"{esc(label)}: <b>{esc(option.setup)}</b> on {esc(option.name)}, peak "
+            f"{option.peak_bytes / GiB:,.1f} GiB per "
+            f"GPU at {run}, {esc(price)}"
+            + (f" <small>(note: {esc(caveat)})</small>" if caveat else "")
+        )
     return "<br>".join(lines)

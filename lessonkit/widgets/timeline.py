@@ -12,14 +12,25 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from .controls import (build_controls, estimate_settings, precision_follows_method,
-                       split_defaults, sync_enabled)
-from .explorer import explorer_class, new_figure
 from ..charts.timeline_chart import TimelineChart
 from ..units import GiB
+from .controls import (
+    build_controls,
+    estimate_settings,
+    precision_follows_method,
+    split_defaults,
+    sync_enabled,
+)
+from .explorer import explorer_class, new_figure
 
-TIMELINE_CONTROLS = ["model", "method", "precision", "batch_size", "seq_len",
-                     "gradient_checkpointing"]
+TIMELINE_CONTROLS = [
+    "model",
+    "method",
+    "precision",
+    "batch_size",
+    "seq_len",
+    "gradient_checkpointing",
+]
 
 
 def timeline_readout(report: Any) -> str:
@@ -28,16 +39,25 @@ def timeline_readout(report: Any) -> str:
     where = timeline.labels[timeline.peak_index] if timeline.labels else timeline.peak_phase
     forward = [t for t, p in zip(timeline.totals, timeline.phases) if p == "forward"]
     backward = [t for t, p in zip(timeline.totals, timeline.phases) if p == "backward"]
-    lows = (f"; the backward swings between {min(backward) / GiB:,.1f} and "
-            f"{max(backward) / GiB:,.1f} GiB") if backward else ""
-    return (f"<b>Peak of tensors: {timeline.peak_bytes / GiB:,.2f} GiB</b> "
-            f"({html.escape(where)}); the forward ends at {max(forward, default=0) / GiB:,.1f} "
-            f"GiB{lows}.<br>Per GPU with the CUDA context and allocator margin: "
-            f"{report.total_bytes / GiB:,.2f} GiB.")
+    lows = (
+        (
+            f"; the backward swings between {min(backward) / GiB:,.1f} and "
+            f"{max(backward) / GiB:,.1f} GiB"
+        )
+        if backward
+        else ""
+    )
+    return (
+        f"<b>Peak of tensors: {timeline.peak_bytes / GiB:,.2f} GiB</b> "
+        f"({html.escape(where)}); the forward ends at {max(forward, default=0) / GiB:,.1f} "
+        f"GiB{lows}.<br>Per GPU with the CUDA context and allocator margin: "
+        f"{report.total_bytes / GiB:,.2f} GiB."
+    )
 
 
-def timeline_explorer(model: Any = "7B", *, continuous_update: bool = False,
-                      **defaults: Any) -> Any:
+def timeline_explorer(
+    model: Any = "7B", *, continuous_update: bool = False, **defaults: Any
+) -> Any:
     """Controls for a setup driving the estimated memory timeline of one step; other
     ``estimate`` keywords in ``defaults`` are passed through unchanged."""
     from ..planning.fitting import estimate_cached
@@ -55,6 +75,12 @@ def timeline_explorer(model: Any = "7B", *, continuous_update: bool = False,
         return timeline_readout(report)
 
     return explorer_class()(
-        "timeline", controls, update, figure,
+        "timeline",
+        controls,
+        update,
+        figure,
         [["model", "method"], ["precision", "batch_size"], ["seq_len", "gradient_checkpointing"]],
-        link=precision_follows_method(controls), chart=chart, report=None)
+        link=precision_follows_method(controls),
+        chart=chart,
+        report=None,
+    )

@@ -17,21 +17,28 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 CHROMIUM = os.environ.get("LESSONKIT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
 ]
 # User settings for the test server: every cell stays in the DOM (JupyterLab >= 4.2 otherwise
 # renders only the visible ones), no news pop-up, no autosave racing the test.
 LAB_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
-        "fetchNews": "false", "checkForUpdates": False},
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
 }
 KERNEL_IDLE = '.jp-Notebook-ExecutionIndicator[data-status="idle"]'
@@ -66,25 +73,52 @@ def lab_server(root: Path, home: Path, timeout: float = 90) -> Iterator[LabServe
     port, token = free_port(), secrets.token_hex(16)
     settings = home / "lab-settings"
     _write_settings(settings)
-    env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings),
-               JUPYTERLAB_WORKSPACES_DIR=str(home / "lab-workspaces"),
-               JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-               IPYTHONDIR=str(home / "ipython"))
+    env = dict(
+        os.environ,
+        JUPYTERLAB_SETTINGS_DIR=str(settings),
+        JUPYTERLAB_WORKSPACES_DIR=str(home / "lab-workspaces"),
+        JUPYTER_CONFIG_DIR=str(home / "config"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        IPYTHONDIR=str(home / "ipython"),
+    )
     env.pop("MPLBACKEND", None)  # the kernel must keep its inline backend to show charts
-    argv = ([sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.open_browser=False",
-             "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-             "--LabApp.news_url=", "--LabApp.extension_manager=readonly"]
-            + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []))
+    argv = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ServerApp.open_browser=False",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.news_url=",
+        "--LabApp.extension_manager=readonly",
+    ] + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])
     url = f"http://127.0.0.1:{port}"
-    with _serving("JupyterLab", argv, env, root, home / "jupyterlab.log",
-                  f"{url}/api/status?token={token}", timeout):
+    with _serving(
+        "JupyterLab",
+        argv,
+        env,
+        root,
+        home / "jupyterlab.log",
+        f"{url}/api/status?token={token}",
+        timeout,
+    ):
         yield LabServer(url, token, root)
 
 
 @contextlib.contextmanager
-def _serving(name: str, argv: list[str], env: dict[str, str], cwd: Path, log_path: Path,
-             status_url: str, timeout: float) -> Iterator[None]:
+def _serving(
+    name: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    log_path: Path,
+    status_url: str,
+    timeout: float,
+) -> Iterator[None]:
     """Run a server process until the block ends, once ``status_url`` answers (any HTTP status
     counts as an answer); its output goes to ``log_path``."""
     with log_path.open("wb") as log:
@@ -133,24 +167,30 @@ def wait_kernel_idle(page, timeout_ms: int) -> None:
             const name = document.querySelector('.jp-NotebookPanel .jp-KernelName');
             const idle = document.querySelector('%s');
             return name && idle && !/No Kernel/.test(name.textContent);
-        }""" % KERNEL_IDLE.replace("'", "\\'"),
-        timeout=timeout_ms, polling=250,
+        }"""
+        % KERNEL_IDLE.replace("'", "\\'"),
+        timeout=timeout_ms,
+        polling=250,
     )
 
 
 # An output is an error when it shows a Python traceback (IPython's or the plain one).
 _IS_ERROR_JS = """text => /Traceback \\(most recent call last\\)/.test(text)
                         || /^-{20,}\\s*\\n\\s*\\w+(Error|Exception|Interrupt)\\b/.test(text)"""
-_ERRORS_JS = """() => [...document.querySelectorAll(
+_ERRORS_JS = (
+    """() => [...document.querySelectorAll(
         '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
-    .map(node => node.innerText).filter(%s)""" % _IS_ERROR_JS
+    .map(node => node.innerText).filter(%s)"""
+    % _IS_ERROR_JS
+)
 
 
 def prompts(page) -> list[str]:
     """The input prompts of all code cells, such as '[3]:', '[*]:' or '[ ]:'."""
     return page.evaluate(
         "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]"
-        ".map(p => p.textContent.trim())")
+        ".map(p => p.textContent.trim())"
+    )
 
 
 def run_all_cells(page, timeout_ms: int = 240_000) -> None:
@@ -163,8 +203,10 @@ def run_all_cells(page, timeout_ms: int = 240_000) -> None:
                 .map(p => p.textContent);
             if (prompts.length === 0 || prompts.some(p => p.includes('*'))) return false;
             return prompts.every(p => /\\[\\d+\\]/.test(p)) || (%s)().length > 0;
-        }""" % _ERRORS_JS,
-        timeout=timeout_ms, polling=500,
+        }"""
+        % _ERRORS_JS,
+        timeout=timeout_ms,
+        polling=500,
     )
     wait_kernel_idle(page, timeout_ms)
 
@@ -190,20 +232,36 @@ def save_notebook(page, path: Path, timeout: float = 30) -> dict:
 
 def saved_errors(nb: dict) -> list[str]:
     """'ename: evalue' of every error output in a saved notebook."""
-    return [f"{out.get('ename')}: {out.get('evalue')}" for cell in nb["cells"]
-            for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+    return [
+        f"{out.get('ename')}: {out.get('evalue')}"
+        for cell in nb["cells"]
+        for out in cell.get("outputs", [])
+        if out.get("output_type") == "error"
+    ]
 
 
 @contextlib.contextmanager
 def voila_server(notebook: Path, home: Path, timeout: float = 90) -> Iterator[str]:
     """Serve one notebook with Voilà on a free local port; yields its URL."""
     port = free_port()
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"),
-               JUPYTER_RUNTIME_DIR=str(home / "runtime"), IPYTHONDIR=str(home / "ipython"))
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(home / "config"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        IPYTHONDIR=str(home / "ipython"),
+    )
     env.pop("MPLBACKEND", None)
-    argv = [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}",
-            "--Voila.ip=127.0.0.1"]
+    argv = [
+        sys.executable,
+        "-m",
+        "voila",
+        str(notebook),
+        "--no-browser",
+        f"--port={port}",
+        "--Voila.ip=127.0.0.1",
+    ]
     url = f"http://127.0.0.1:{port}/"
-    with _serving("Voila", argv, env, notebook.parent, home / "voila.log", f"{url}api/status",
-                  timeout):
+    with _serving(
+        "Voila", argv, env, notebook.parent, home / "voila.log", f"{url}api/status", timeout
+    ):
         yield url

@@ -14,31 +14,41 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from lessonkit import charts
-
-from lessonkit.charts import palette
-
-from lessonkit.charts import memory_charts
-
-from lessonkit.charts import planning_charts
-
-from lessonkit.hardware import gpu_records
+from lessonkit.charts import memory_charts, palette, planning_charts
 from lessonkit.errors import LessonkitError
+from lessonkit.hardware import gpu_records
 from lessonkit.hardware.gpus import get_gpu, list_gpus
-from lessonkit.models.spec import resolve_model
 from lessonkit.memory.report import CATEGORIES, LABELS, MemoryReport
+from lessonkit.models.spec import resolve_model
 from lessonkit.units import GiB
 
 
 def make_report(model: str = "7B", **breakdown: float) -> MemoryReport:
-    return MemoryReport(model=resolve_model(model),
-                        settings={"method": "lora", "precision": "bf16-mixed",
-                                  "optimizer": "adamw", "batch_size": 2, "seq_len": 1024,
-                                  "lora_rank": 16},
-                        breakdown=breakdown, peak_phase="backward")
+    return MemoryReport(
+        model=resolve_model(model),
+        settings={
+            "method": "lora",
+            "precision": "bf16-mixed",
+            "optimizer": "adamw",
+            "batch_size": 2,
+            "seq_len": 1024,
+            "lora_rank": 16,
+        },
+        breakdown=breakdown,
+        peak_phase="backward",
+    )
 
 
-SMALL = make_report(weights=13.5e9, gradients=0.02e9, optimizer=0.04e9, activations=3.1e9,
-                    logits=0.5e9, temporaries=0.2e9, cuda_context=0.4e9, allocator_margin=1.2e9)
+SMALL = make_report(
+    weights=13.5e9,
+    gradients=0.02e9,
+    optimizer=0.04e9,
+    activations=3.1e9,
+    logits=0.5e9,
+    temporaries=0.2e9,
+    cuda_context=0.4e9,
+    allocator_margin=1.2e9,
+)
 HUGE = make_report("70B", weights=140e9, gradients=140e9, optimizer=560e9, activations=20e9)
 
 
@@ -66,8 +76,9 @@ def test_colours_and_legend_match_the_categories():
     ax = new_ax()
     chart = charts.draw_breakdown(ax, SMALL)
     for key in CATEGORIES:
-        assert to_hex(chart.containers[key].patches[0].get_facecolor()) == \
-            to_hex(palette.CATEGORY_COLORS[key])
+        assert to_hex(chart.containers[key].patches[0].get_facecolor()) == to_hex(
+            palette.CATEGORY_COLORS[key]
+        )
     texts = [t.get_text() for t in chart.legend.get_texts()]
     assert texts == [LABELS[k] for k in reversed(CATEGORIES)]
     handles = getattr(chart.legend, "legend_handles", None) or chart.legend.legendHandles  # < 3.7
@@ -87,8 +98,10 @@ def test_extra_categories_are_stacked_as_other_and_join_the_legend():
 def line_gpus(chart) -> list:
     """The catalog card each GPU line names first, with the line's height (GiB)."""
     by_name = {g.name: g for g in list_gpus()}
-    return [(line.get_ydata()[0], by_name[text.get_text().split(" (")[0].split(", ")[0]])
-            for line, text in zip(chart.gpu_lines, chart.gpu_texts)]
+    return [
+        (line.get_ydata()[0], by_name[text.get_text().split(" (")[0].split(", ")[0]])
+        for line, text in zip(chart.gpu_lines, chart.gpu_texts)
+    ]
 
 
 def test_gpu_lines_stand_at_usable_memory_and_name_their_cards():
@@ -103,8 +116,9 @@ def test_gpu_lines_stand_at_usable_memory_and_name_their_cards():
             assert gpu == guide[gpu.memory_gb]
         for name in text.get_text().split(" (")[0].split(", "):  # every card named is that high
             assert next(g for g in list_gpus() if g.name == name).usable_bytes == gpu.usable_bytes
-    h200 = next(text.get_text() for _, text in zip(drawn, chart.gpu_texts) if "H200" in
-                text.get_text())
+    h200 = next(
+        text.get_text() for _, text in zip(drawn, chart.gpu_texts) if "H200" in text.get_text()
+    )
     assert h200 == "H200 (139.8 GiB usable)"
     assert "141 GB" not in " ".join(t.get_text() for t in chart.gpu_texts)
     custom = charts.draw_breakdown(new_ax(), SMALL, gpu_sizes=[12, 32])
@@ -124,8 +138,7 @@ def test_a_bar_is_below_a_gpus_line_exactly_when_it_fits_that_gpu(margin):
     h200 = make_report(weights=142.0e9)
     chart.update(h200)
     assert get_gpu("H200").fits(h200)
-    assert sum(chart.heights()[0].values()) < dict(
-        (g.name, h) for h, g in line_gpus(chart))["H200"]
+    assert sum(chart.heights()[0].values()) < dict((g.name, h) for h, g in line_gpus(chart))["H200"]
 
 
 def test_a_run_larger_than_every_gpu_says_so_and_a_small_one_does_not():
@@ -227,31 +240,39 @@ def test_gpu_fit_never_says_a_bf16_run_fits_without_bf16_or_without_kernels():
     small = make_report(weights=5e9)
     gpus = [get_gpu(n) for n in ("T4", "V100 16GB", "P100 16GB", "A100 80GB")]
     drawn = charts.draw_gpu_fit(new_ax(), small, gpus)
-    by_name = {g.name: (fit, label.get_text()) for g, fit, label
-               in zip(drawn["gpus"], drawn["fits"], drawn["labels"])}
+    by_name = {
+        g.name: (fit, label.get_text())
+        for g, fit, label in zip(drawn["gpus"], drawn["fits"], drawn["labels"])
+    }
     assert by_name["P100 16GB"][0] is False and "no kernels" in by_name["P100 16GB"][1]
     for name in ("T4", "V100 16GB"):  # bf16 asked, fp16 said
         assert by_name[name][0] and "no native bf16: runs in fp16" in by_name[name][1]
     assert "fp16" not in by_name["A100 80GB"][1]
-    fp32 = MemoryReport(model=small.model, settings={**small.settings, "precision": "fp32"},
-                        breakdown=dict(small.breakdown), peak_phase="backward")
+    fp32 = MemoryReport(
+        model=small.model,
+        settings={**small.settings, "precision": "fp32"},
+        breakdown=dict(small.breakdown),
+        peak_phase="backward",
+    )
     assert gpu_records.fit_note(get_gpu("T4"), fp32) == ""
     assert "fits on 3 of 4" in charts.draw_gpu_fit(new_ax(), small, gpus)["line"].axes.get_title()
 
 
 def test_environment_costs_draws_costs_and_marks_impossible_rows():
-    rows = [{"name": "Colab (free)", "cost": 0.0, "hours": 5.0, "tier": "hobbyist", "gpu": "T4"},
-            {"name": "Lambda", "cost_usd": 12.5, "hours": 3.2, "tier": "engineer",
-             "gpu": "A100 80GB"},
-            {"name": "SageMaker", "cost": None, "note": "no GPU large enough"}]
+    rows = [
+        {"name": "Colab (free)", "cost": 0.0, "hours": 5.0, "tier": "hobbyist", "gpu": "T4"},
+        {"name": "Lambda", "cost_usd": 12.5, "hours": 3.2, "tier": "engineer", "gpu": "A100 80GB"},
+        {"name": "SageMaker", "cost": None, "note": "no GPU large enough"},
+    ]
     drawn = charts.draw_environment_costs(new_ax(), rows)
     widths = [p.get_width() for p in drawn["bars"].patches]
     assert widths == [0.0, 12.5, 0.0]
     texts = [t.get_text() for t in drawn["labels"]]
     assert texts[1] == "$12.50 · 3.2 h on A100 80GB"
     assert texts[2] == "not possible: no GPU large enough"
-    assert to_hex(drawn["bars"].patches[1].get_facecolor()) == \
-        to_hex(palette.TIER_COLORS["engineer"])
+    assert to_hex(drawn["bars"].patches[1].get_facecolor()) == to_hex(
+        palette.TIER_COLORS["engineer"]
+    )
 
 
 def canvas_pixels(ax):
@@ -264,14 +285,22 @@ def canvas_pixels(ax):
 
 
 def test_environment_costs_update_in_place_draws_what_a_new_chart_draws():
-    first = [{"name": "Colab (free)", "cost": 0.0, "hours": 5.0, "tier": "hobbyist", "gpu": "T4"},
-             {"name": "Lambda", "cost": 12.5, "hours": 3.2, "tier": "engineer", "gpu": "A100"},
-             {"name": "SageMaker", "cost": None, "note": "no GPU large enough"}]
-    second = [{"name": "Colab (free)", "cost": None, "note": "needs 40 GiB"},
-              {"name": "Lambda", "cost": 310.0, "hours": 41.0, "tier": "enterprise",
-               "gpu": "8x H100"},
-              {"name": "SageMaker", "cost": 95.0, "hours": 7.5, "tier": "own hardware",
-               "gpu": "RTX 4090"}]
+    first = [
+        {"name": "Colab (free)", "cost": 0.0, "hours": 5.0, "tier": "hobbyist", "gpu": "T4"},
+        {"name": "Lambda", "cost": 12.5, "hours": 3.2, "tier": "engineer", "gpu": "A100"},
+        {"name": "SageMaker", "cost": None, "note": "no GPU large enough"},
+    ]
+    second = [
+        {"name": "Colab (free)", "cost": None, "note": "needs 40 GiB"},
+        {"name": "Lambda", "cost": 310.0, "hours": 41.0, "tier": "enterprise", "gpu": "8x H100"},
+        {
+            "name": "SageMaker",
+            "cost": 95.0,
+            "hours": 7.5,
+            "tier": "own hardware",
+            "gpu": "RTX 4090",
+        },
+    ]
     ax = new_ax(7.5, 4.2)
     drawn = charts.draw_environment_costs(ax, first)
     bars, legend = drawn["bars"], drawn["legend"]
@@ -298,10 +327,17 @@ def test_decision_flow_update_in_place_draws_what_a_new_chart_draws():
         charts.update_decision_flow(ax, drawn, ["goal", "cluster"])
 
 
-@pytest.mark.parametrize("size, budget, end", [
-    ("7B", "low", "colab_lambda"), ("8B", "High", "rtx4090"), (7e9, None, "budget"),
-    ("70B", "low", "cluster"), ("13B", "low", "size"), (None, None, "size"),
-])
+@pytest.mark.parametrize(
+    "size, budget, end",
+    [
+        ("7B", "low", "colab_lambda"),
+        ("8B", "High", "rtx4090"),
+        (7e9, None, "budget"),
+        ("70B", "low", "cluster"),
+        ("13B", "low", "size"),
+        (None, None, "size"),
+    ],
+)
 def test_decision_path_follows_the_guides_flow(size, budget, end):
     path = charts.decision_path(size, budget)
     assert path[:2] == ["goal", "size"] and path[-1] == end
@@ -332,7 +368,9 @@ def test_decision_flow_rejects_bad_paths_and_budgets():
 
 
 def test_importing_charts_does_not_import_matplotlib():
-    code = ("import sys, lessonkit.charts; "
-            "print('matplotlib' in sys.modules, 'ipywidgets' in sys.modules)")
+    code = (
+        "import sys, lessonkit.charts; "
+        "print('matplotlib' in sys.modules, 'ipywidgets' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

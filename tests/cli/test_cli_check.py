@@ -17,9 +17,23 @@ from lessonkit.units import GiB
 def _report(usable: bool) -> HealthReport:
     report = HealthReport(status="ok" if usable else "no_gpu", backend="cuda")
     if usable:
-        report.devices.append(Device(0, "NVIDIA A100-SXM4-80GB", "cuda", int(79.15 * GiB),
-                                     int(78 * GiB), (8, 0), "sm_80", True, True, 108, True,
-                                     "passed", catalog_name="A100 80GB"))
+        report.devices.append(
+            Device(
+                0,
+                "NVIDIA A100-SXM4-80GB",
+                "cuda",
+                int(79.15 * GiB),
+                int(78 * GiB),
+                (8, 0),
+                "sm_80",
+                True,
+                True,
+                108,
+                True,
+                "passed",
+                catalog_name="A100 80GB",
+            )
+        )
     report.verdict = ["a verdict line"]
     return report
 
@@ -28,12 +42,19 @@ def _report(usable: bool) -> HealthReport:
 def fake_check(monkeypatch):
     def use(usable: bool) -> None:
         monkeypatch.setattr(health, "check_gpu_health", lambda model="7B": _report(usable))
+
     return use
 
 
-@pytest.mark.parametrize("usable,args,code", [
-    (True, [], 0), (True, ["--require-gpu"], 0), (False, [], 0), (False, ["--require-gpu"], 1),
-])
+@pytest.mark.parametrize(
+    "usable,args,code",
+    [
+        (True, [], 0),
+        (True, ["--require-gpu"], 0),
+        (False, [], 0),
+        (False, ["--require-gpu"], 1),
+    ],
+)
 def test_check_exit_codes(fake_check, capsys, usable, args, code):
     fake_check(usable)
     assert main(["check", *args]) == code
@@ -61,8 +82,12 @@ def test_check_bad_model_is_exit_2(capsys):
 
 
 def test_check_help_documents_the_exit_codes():
-    out = subprocess.run([sys.executable, "-m", "lessonkit", "check", "--help"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "lessonkit", "check", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "exit codes" in out and "--require-gpu" in out and "1  --require-gpu" in out
 
 
@@ -70,7 +95,9 @@ def test_recommend_text_and_json(capsys):
     assert main(["recommend", "--model", "7B", "--budget", "low", "--limit", "3"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Recommendation for 7B") and "\n3. " in out and "\n4. " not in out
-    assert main(["recommend", "--model", "70B", "--method", "lora", "--tokens", "20M", "--json"]) == 0
+    assert (
+        main(["recommend", "--model", "70B", "--method", "lora", "--tokens", "20M", "--json"]) == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["tokens"] == 20e6 and all(o["method"] == "lora" for o in data["options"])
     assert all(o["cost_usd"] > 0 for o in data["options"])
@@ -80,8 +107,9 @@ def test_recommend_says_which_offer_is_left_out_and_why(capsys):
     from lessonkit.hardware.environments import list_environments
 
     assert main(["recommend", "--model", "7B"]) == 0
-    left_out = next(line for line in capsys.readouterr().out.splitlines()
-                    if line.startswith("Left out:"))
+    left_out = next(
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("Left out:")
+    )
     assert "broken" not in left_out
     for env in list_environments():
         for offer in env.offers:
@@ -98,19 +126,42 @@ def test_recommend_nothing_fits_is_exit_1(capsys):
 
 
 def test_recommend_batch_size_and_seq_len_reach_the_recommender(capsys):
-    assert main(["recommend", "--model", "7B", "--method", "lora", "--batch-size", "1",
-                 "--seq-len", "256", "--json"]) == 0
+    assert (
+        main(
+            [
+                "recommend",
+                "--model",
+                "7B",
+                "--method",
+                "lora",
+                "--batch-size",
+                "1",
+                "--seq-len",
+                "256",
+                "--json",
+            ]
+        )
+        == 0
+    )
     options = json.loads(capsys.readouterr().out)["options"]
-    assert options and all(o["settings"]["batch_size"] == 1 and o["settings"]["seq_len"] == 256
-                           for o in options)
+    assert options and all(
+        o["settings"]["batch_size"] == 1 and o["settings"]["seq_len"] == 256 for o in options
+    )
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--budget", "-5"], "budget"), (["--tokens", "0"], "tokens"), (["--tokens", "many"], "tokens"),
-    (["--platform", "runpdo"], "Did you mean 'runpod'"), (["--method", "qlroa"], "qlora"),
-    (["--model", "seven"], "model"), (["--batch-size", "0"], "batch_size"),
-    (["--seq-len", "-1"], "seq_len"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--budget", "-5"], "budget"),
+        (["--tokens", "0"], "tokens"),
+        (["--tokens", "many"], "tokens"),
+        (["--platform", "runpdo"], "Did you mean 'runpod'"),
+        (["--method", "qlroa"], "qlora"),
+        (["--model", "seven"], "model"),
+        (["--batch-size", "0"], "batch_size"),
+        (["--seq-len", "-1"], "seq_len"),
+    ],
+)
 def test_recommend_bad_input_is_exit_2(capsys, args, message):
     assert main(["recommend", *args]) == 2
     assert message in capsys.readouterr().err

@@ -12,7 +12,7 @@ import pytest
 
 from lessonkit import estimate
 from lessonkit.cli.main import main
-from lessonkit.units import GB, GiB
+from lessonkit.units import GiB
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,60 +24,167 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_prints_the_breakdown_the_api_computes(capsys) -> None:
-    code, out, err = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--batch-size",
-                         "4", "--seq-len", "1024")
+    code, out, err = run(
+        capsys,
+        "--model",
+        "llama-2-7b",
+        "--method",
+        "qlora",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "1024",
+    )
     expected = estimate("llama-2-7b", method="qlora", precision="bf16", batch_size=4, seq_len=1024)
     assert code == 0 and not err
-    assert f"{expected.total_bytes / GiB:.2f} GiB" in out and " GB" not in out.replace("GB card", "")
+    assert f"{expected.total_bytes / GiB:.2f} GiB" in out and " GB" not in out.replace(
+        "GB card", ""
+    )
     for label in ("Weights", "Activations", "CUDA context", "Peak per GPU"):
         assert label in out
 
 
 def test_gpu_verdict_and_exit_code(capsys) -> None:
-    code, out, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--batch-size", "1",
-                       "--seq-len", "512", "--gradient-checkpointing", "--gpu", "t4")
+    code, out, _ = run(
+        capsys,
+        "--model",
+        "llama-2-7b",
+        "--method",
+        "qlora",
+        "--batch-size",
+        "1",
+        "--seq-len",
+        "512",
+        "--gradient-checkpointing",
+        "--gpu",
+        "t4",
+    )
     assert code == 0 and "T4" in out and "it fits" in out
     code, out, _ = run(capsys, "--model", "llama-2-7b", "--gpu", "A100 80GB")
     assert code == 1 and "does NOT fit" in out and "short by" in out
 
 
 def test_json_output(capsys) -> None:
-    code, out, _ = run(capsys, "--model", "qwen2.5-7b", "--method", "lora", "--lora-targets",
-                       "all-linear", "--precision", "bf16", "--optimizer", "adamw-8bit",
-                       "--n-gpus", "2", "--zero-stage", "2", "--json", "--gpu", "l4")
+    code, out, _ = run(
+        capsys,
+        "--model",
+        "qwen2.5-7b",
+        "--method",
+        "lora",
+        "--lora-targets",
+        "all-linear",
+        "--precision",
+        "bf16",
+        "--optimizer",
+        "adamw-8bit",
+        "--n-gpus",
+        "2",
+        "--zero-stage",
+        "2",
+        "--json",
+        "--gpu",
+        "l4",
+    )
     data = json.loads(out)
-    expected = estimate("qwen2.5-7b", method="lora", lora_targets="all-linear", precision="bf16",
-                        optimizer="adamw-8bit", n_gpus=2, zero_stage=2)
+    expected = estimate(
+        "qwen2.5-7b",
+        method="lora",
+        lora_targets="all-linear",
+        precision="bf16",
+        optimizer="adamw-8bit",
+        n_gpus=2,
+        zero_stage=2,
+    )
     assert data["total_bytes"] == expected.total_bytes
     assert data["breakdown"] == expected.breakdown
     assert data["gpu"]["fits"] == (code == 0) == expected.fits(data["gpu"]["usable_bytes"])
 
 
 def test_every_option_reaches_the_estimate(capsys) -> None:
-    args = ["--model", "gpt2", "--precision", "fp32", "--optimizer", "lion", "--batch-size", "3",
-            "--seq-len", "256", "--attention", "eager", "--gradient-accumulation", "2",
-            "--n-gpus", "2", "--zero-stage", "3", "--offload-optimizer", "--device", "cpu",
-            "--json"]
+    args = [
+        "--model",
+        "gpt2",
+        "--precision",
+        "fp32",
+        "--optimizer",
+        "lion",
+        "--batch-size",
+        "3",
+        "--seq-len",
+        "256",
+        "--attention",
+        "eager",
+        "--gradient-accumulation",
+        "2",
+        "--n-gpus",
+        "2",
+        "--zero-stage",
+        "3",
+        "--offload-optimizer",
+        "--device",
+        "cpu",
+        "--json",
+    ]
     code, out, _ = run(capsys, *args)
     data = json.loads(out)
-    expected = estimate("gpt2", precision="fp32", optimizer="lion", batch_size=3, seq_len=256,
-                        attention="eager", gradient_accumulation=2, n_gpus=2, zero_stage=3,
-                        offload_optimizer=True, device="cpu")
+    expected = estimate(
+        "gpt2",
+        precision="fp32",
+        optimizer="lion",
+        batch_size=3,
+        seq_len=256,
+        attention="eager",
+        gradient_accumulation=2,
+        n_gpus=2,
+        zero_stage=3,
+        offload_optimizer=True,
+        device="cpu",
+    )
     assert code == 0 and data["total_bytes"] == expected.total_bytes
-    code, out, _ = run(capsys, "--model", "7B", "--method", "qlora", "--no-double-quant",
-                       "--lora-rank", "64", "--lora-dtype", "bf16", "--lora-targets",
-                       "q_proj, k_proj,v_proj", "--json")
+    code, out, _ = run(
+        capsys,
+        "--model",
+        "7B",
+        "--method",
+        "qlora",
+        "--no-double-quant",
+        "--lora-rank",
+        "64",
+        "--lora-dtype",
+        "bf16",
+        "--lora-targets",
+        "q_proj, k_proj,v_proj",
+        "--json",
+    )
     data = json.loads(out)
-    expected = estimate("7B", method="qlora", precision="bf16", double_quant=False, lora_rank=64,
-                        lora_dtype="bf16",
-                        lora_targets=("q_proj", "k_proj", "v_proj"))
+    expected = estimate(
+        "7B",
+        method="qlora",
+        precision="bf16",
+        double_quant=False,
+        lora_rank=64,
+        lora_dtype="bf16",
+        lora_targets=("q_proj", "k_proj", "v_proj"),
+    )
     assert data["total_bytes"] == expected.total_bytes
 
 
 def test_lora_dropout_and_bitsandbytes_behaviour_reach_the_estimate(capsys) -> None:
-    code, out, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--lora-dropout",
-                       "0.05", "--bitsandbytes", "before-0.43.2", "--gradient-checkpointing",
-                       "--batch-size", "4", "--json")
+    code, out, _ = run(
+        capsys,
+        "--model",
+        "llama-2-7b",
+        "--method",
+        "qlora",
+        "--lora-dropout",
+        "0.05",
+        "--bitsandbytes",
+        "before-0.43.2",
+        "--gradient-checkpointing",
+        "--batch-size",
+        "4",
+        "--json",
+    )
     data = json.loads(out)
     kw = dict(method="qlora", precision="bf16", gradient_checkpointing=True, batch_size=4)
     expected = estimate("llama-2-7b", lora_dropout=0.05, bitsandbytes="before-0.43.2", **kw)
@@ -87,12 +194,24 @@ def test_lora_dropout_and_bitsandbytes_behaviour_reach_the_estimate(capsys) -> N
 
 
 def test_activation_offload_reaches_the_estimate(capsys) -> None:
-    code, out, _ = run(capsys, "--model", "llama-3.1-8b", "--method", "lora",
-                       "--gradient-checkpointing", "--activation-offload", "--batch-size", "4",
-                       "--seq-len", "2048", "--json")
+    code, out, _ = run(
+        capsys,
+        "--model",
+        "llama-3.1-8b",
+        "--method",
+        "lora",
+        "--gradient-checkpointing",
+        "--activation-offload",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "2048",
+        "--json",
+    )
     data = json.loads(out)
-    kw = dict(method="lora", precision="bf16", gradient_checkpointing=True, batch_size=4,
-              seq_len=2048)
+    kw = dict(
+        method="lora", precision="bf16", gradient_checkpointing=True, batch_size=4, seq_len=2048
+    )
     expected = estimate("llama-3.1-8b", activation_offload=True, **kw)
     assert code == 0 and data["total_bytes"] == expected.total_bytes
     assert data["settings"]["activation_offload"] is True
@@ -104,20 +223,30 @@ def test_a_run_that_fits_only_with_offloading_is_told_so(capsys) -> None:
     """Checkpointing alone is not enough; checkpointing with offloading is: the first fix."""
     kw = dict(method="lora", precision="bf16", batch_size=4, seq_len=2048)
     ckpt = estimate("llama-3.1-8b", gradient_checkpointing=True, **kw).total_bytes
-    offload = estimate("llama-3.1-8b", gradient_checkpointing=True, activation_offload=True,
-                       **kw).total_bytes
+    offload = estimate(
+        "llama-3.1-8b", gradient_checkpointing=True, activation_offload=True, **kw
+    ).total_bytes
     from lessonkit.planning.fitting import fit_changes
 
-    settings = dict(kw, gradient_checkpointing=False, optimizer="adamw", lora_rank=16,
-                    lora_targets=None, n_gpus=1, zero_stage=0, gradient_accumulation=1)
+    settings = dict(
+        kw,
+        gradient_checkpointing=False,
+        optimizer="adamw",
+        lora_rank=16,
+        lora_targets=None,
+        n_gpus=1,
+        zero_stage=0,
+        gradient_accumulation=1,
+    )
     found = fit_changes("llama-3.1-8b", settings, (ckpt + offload) / 2, limit=1)
     assert found and found[0][0] == {"gradient_checkpointing": True, "activation_offload": True}
     assert found[0][1].total_bytes == offload
 
 
 def test_optimizer_in_backward_reaches_the_estimate(capsys) -> None:
-    code, out, _ = run(capsys, "--model", "llama-2-7b", "--precision", "bf16",
-                       "--optimizer-in-backward", "--json")
+    code, out, _ = run(
+        capsys, "--model", "llama-2-7b", "--precision", "bf16", "--optimizer-in-backward", "--json"
+    )
     data = json.loads(out)
     expected = estimate("llama-2-7b", precision="bf16", optimizer_in_backward=True)
     assert code == 0 and data["total_bytes"] == expected.total_bytes
@@ -128,9 +257,22 @@ def test_optimizer_in_backward_reaches_the_estimate(capsys) -> None:
 
 
 def test_chunked_loss_reaches_the_estimate(capsys) -> None:
-    code, out, _ = run(capsys, "--model", "llama-3.1-8b", "--method", "qlora", "--batch-size",
-                       "4", "--seq-len", "2048", "--loss", "chunked", "--loss-chunks", "16",
-                       "--json")
+    code, out, _ = run(
+        capsys,
+        "--model",
+        "llama-3.1-8b",
+        "--method",
+        "qlora",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "2048",
+        "--loss",
+        "chunked",
+        "--loss-chunks",
+        "16",
+        "--json",
+    )
     data = json.loads(out)
     kw = dict(method="qlora", precision="bf16", batch_size=4, seq_len=2048)
     expected = estimate("llama-3.1-8b", loss="chunked", loss_chunks=16, **kw)
@@ -147,8 +289,9 @@ def test_lora_targets_default_to_the_model_family(capsys) -> None:
     data = json.loads(out)
     assert code == 0 and data["settings"]["lora_targets"] == ["c_attn"]
     assert data["total_bytes"] == estimate("gpt2", method="lora", precision="bf16").total_bytes
-    code, _, err = run(capsys, "--model", "gpt2", "--method", "lora", "--lora-targets",
-                       "q_proj,v_proj")
+    code, _, err = run(
+        capsys, "--model", "gpt2", "--method", "lora", "--lora-targets", "q_proj,v_proj"
+    )
     assert code == 2 and "LoRA target for gpt2" in err and "c_attn" in err
 
 
@@ -161,10 +304,13 @@ def test_precision_defaults_to_the_methods_usual_one(capsys) -> None:
     # the course's LoRA of 7B on a 4090: it fits at the default precision
     code, out, _ = run(capsys, "--model", "7B", "--method", "LoRA", "--gpu", "rtx4090")
     lora = estimate("7B", method="lora", precision="bf16")
-    assert code == 0 and "it fits" in out and f"needs {lora.total_bytes / GiB:.2f} GiB per GPU" in out
+    assert (
+        code == 0 and "it fits" in out and f"needs {lora.total_bytes / GiB:.2f} GiB per GPU" in out
+    )
     # an explicit precision is kept; without native bf16 full fine-tuning runs in fp16-mixed
-    code, out, _ = run(capsys, "--model", "7B", "--method", "lora", "--precision", "bf16-mixed",
-                       "--json")
+    code, out, _ = run(
+        capsys, "--model", "7B", "--method", "lora", "--precision", "bf16-mixed", "--json"
+    )
     assert json.loads(out)["settings"]["precision"] == "bf16-mixed"
     code, out, _ = run(capsys, "--model", "1B", "--gpu", "t4", "--json")
     assert json.loads(out)["settings"]["precision"] == "fp16-mixed"
@@ -178,15 +324,33 @@ def test_help_says_what_the_precision_default_is(capsys) -> None:
 
 
 def test_a_run_that_does_not_fit_gets_changes_that_do(capsys) -> None:
-    code, out, _ = run(capsys, "--model", "7B", "--method", "lora", "--precision", "bf16-mixed",
-                       "--gpu", "rtx4090")
+    code, out, _ = run(
+        capsys, "--model", "7B", "--method", "lora", "--precision", "bf16-mixed", "--gpu", "rtx4090"
+    )
     assert code == 1
     fix = estimate("7B", method="lora", precision="bf16")
     assert f"It fits with --precision bf16: {fix.total_bytes / GiB:.2f} GiB per GPU (" in out
-    code, out, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--batch-size", "4",
-                       "--seq-len", "1024", "--gpu", "t4")
-    ckpt = estimate("llama-2-7b", method="qlora", precision="bf16", batch_size=4, seq_len=1024,
-                    gradient_checkpointing=True)
+    code, out, _ = run(
+        capsys,
+        "--model",
+        "llama-2-7b",
+        "--method",
+        "qlora",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "1024",
+        "--gpu",
+        "t4",
+    )
+    ckpt = estimate(
+        "llama-2-7b",
+        method="qlora",
+        precision="bf16",
+        batch_size=4,
+        seq_len=1024,
+        gradient_checkpointing=True,
+    )
     assert code == 1
     assert f"It fits with --gradient-checkpointing: {ckpt.total_bytes / GiB:.2f} GiB" in out
     lines = [line for line in out.splitlines() if line.startswith("  It fits with")]
@@ -194,8 +358,20 @@ def test_a_run_that_does_not_fit_gets_changes_that_do(capsys) -> None:
     # each suggestion, run as printed, really fits
     for line in lines:
         flags = line.split("It fits with ")[1].split(":")[0].split()
-        code, _, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--batch-size",
-                         "4", "--seq-len", "1024", "--gpu", "t4", *flags)
+        code, _, _ = run(
+            capsys,
+            "--model",
+            "llama-2-7b",
+            "--method",
+            "qlora",
+            "--batch-size",
+            "4",
+            "--seq-len",
+            "1024",
+            "--gpu",
+            "t4",
+            *flags,
+        )
         assert code == 0, flags
     # full fine-tuning of 7B on one A100 80GB: an 8-bit optimizer makes it fit
     code, out, _ = run(capsys, "--model", "llama-2-7b", "--gpu", "A100 80GB", "--json")
@@ -241,18 +417,35 @@ BAD = [
     (["--model", "7B", "--method", "lora", "--lora-dropout", "1.5"], "lora_dropout must be"),
     (["--model", "7B", "--method", "qlora", "--bitsandbytes", "0.41"], "bitsandbytes"),
     (["--model", "7B", "--activation-offload"], "gradient_checkpointing=True"),
-    (["--model", "7B", "--optimizer-in-backward", "--gradient-accumulation", "4"],
-     "needs gradient_accumulation=1"),
+    (
+        ["--model", "7B", "--optimizer-in-backward", "--gradient-accumulation", "4"],
+        "needs gradient_accumulation=1",
+    ),
     (["--model", "7B", "--optimizer-in-backward", "--n-gpus", "2"], "n_gpus=1"),
     (["--model", "7B", "--loss", "chunky"], "Unknown loss"),
     (["--model", "7B", "--loss-chunks", "4"], "applies to loss='chunked' only"),
     (["--model", "7B", "--loss", "chunked", "--loss-chunks", "0"], "loss_chunks"),
-    (["--model", "7B", "--loss", "chunked", "--seq-len", "4", "--loss-chunks", "8"],
-     "at most seq_len"),
-    (["--model", "7B", "--loss", "chunked", "--gradient-checkpointing", "--activation-offload"],
-     "not modelled together with activation_offload"),
-    (["--model", "7B", "--activation-offload", "--gradient-checkpointing", "--n-gpus", "2",
-      "--zero-stage", "3"], "zero_stage 0, 1 or 2"),
+    (
+        ["--model", "7B", "--loss", "chunked", "--seq-len", "4", "--loss-chunks", "8"],
+        "at most seq_len",
+    ),
+    (
+        ["--model", "7B", "--loss", "chunked", "--gradient-checkpointing", "--activation-offload"],
+        "not modelled together with activation_offload",
+    ),
+    (
+        [
+            "--model",
+            "7B",
+            "--activation-offload",
+            "--gradient-checkpointing",
+            "--n-gpus",
+            "2",
+            "--zero-stage",
+            "3",
+        ],
+        "zero_stage 0, 1 or 2",
+    ),
     (["--model", "0.1"], "at least 1M parameters, got 0.1"),
     (["--model", "7GB"], "Or a size in parameters: '7B'"),
     (["--model", "7"], "got 7. A size counts parameters: '7B'"),
@@ -274,8 +467,14 @@ def test_bad_input_exits_2_with_a_message(capsys, argv, message) -> None:
 
 def _subprocess(*argv: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "lessonkit", "vram", *argv], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "lessonkit", "vram", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_python_dash_m_fits_and_does_not_fit() -> None:
@@ -293,8 +492,17 @@ def test_python_dash_m_bad_input() -> None:
 
 
 def test_no_sync_reaches_the_estimate_and_its_fix(capsys) -> None:
-    args = ("--model", "llama-2-7b", "--n-gpus", "8", "--zero-stage", "3",
-            "--gradient-accumulation", "4", "--gradient-checkpointing")
+    args = (
+        "--model",
+        "llama-2-7b",
+        "--n-gpus",
+        "8",
+        "--zero-stage",
+        "3",
+        "--gradient-accumulation",
+        "4",
+        "--gradient-checkpointing",
+    )
     code, out, _ = run(capsys, *args, "--no-sync", "--json")
     data = json.loads(out)
     kw = dict(n_gpus=8, zero_stage=3, gradient_accumulation=4, gradient_checkpointing=True)
@@ -317,8 +525,18 @@ def test_no_sync_reaches_the_estimate_and_its_fix(capsys) -> None:
 def test_no_sync_needs_several_gpus_and_accumulation(capsys) -> None:
     code, _, err = run(capsys, "--model", "llama-2-7b", "--no-sync")
     assert code == 2 and "no_sync" in err and "gradient_accumulation" in err
-    code, _, err = run(capsys, "--model", "llama-2-7b", "--n-gpus", "4", "--zero-stage", "2",
-                       "--gradient-accumulation", "2", "--no-sync")
+    code, _, err = run(
+        capsys,
+        "--model",
+        "llama-2-7b",
+        "--n-gpus",
+        "4",
+        "--zero-stage",
+        "2",
+        "--gradient-accumulation",
+        "2",
+        "--no-sync",
+    )
     assert code == 2 and "ZeRO-2" in err and "Traceback" not in err
 
 
@@ -326,7 +544,9 @@ def test_a_fix_that_adds_a_flag_and_drops_another_says_both() -> None:
     from lessonkit.planning.fitting import change_flags
 
     assert change_flags({"no_sync": False, "gradient_checkpointing": True}) == (
-        "--gradient-checkpointing, without --no-sync")
+        "--gradient-checkpointing, without --no-sync"
+    )
     assert change_flags({"no_sync": False}) == "without --no-sync"
     assert change_flags({"batch_size": 2, "gradient_accumulation": 8}) == (
-        "--batch-size 2 --gradient-accumulation 8")
+        "--batch-size 2 --gradient-accumulation 8"
+    )

@@ -17,11 +17,10 @@ from __future__ import annotations
 import os
 import re
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
 from browser import lab  # tests/browser/lab.py
 
 pytestmark = pytest.mark.browser
@@ -37,10 +36,13 @@ VIEWPORT = {"width": 1400, "height": 1000}
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lab.LabServer]:
     if not Path(lab.CHROMIUM).exists():
         if os.environ.get("CI"):
-            pytest.fail(f"no Chromium at {lab.CHROMIUM}: CI must run the browser test "
-                        "('make browser-deps' installs it)")
-        pytest.skip(f"no Chromium at {lab.CHROMIUM}: run 'make browser-deps' "
-                    "(or apt-get install chromium)")
+            pytest.fail(
+                f"no Chromium at {lab.CHROMIUM}: CI must run the browser test "
+                "('make browser-deps' installs it)"
+            )
+        pytest.skip(
+            f"no Chromium at {lab.CHROMIUM}: run 'make browser-deps' (or apt-get install chromium)"
+        )
     home = tmp_path_factory.mktemp("jupyterlab")
     root = home / "course"  # laid out as the repository, which make course serves
     lab.copy_notebooks(ROOT / "notebooks", root / "notebooks", [Path(n).name for n in NOTEBOOKS])
@@ -96,8 +98,9 @@ def state(explorer: object) -> tuple[str, str]:
     return readout, image
 
 
-def wait_for_change(page: object, explorer: object, before: tuple[str, str],
-                    timeout_ms: int = 30_000) -> tuple[str, str]:
+def wait_for_change(
+    page: object, explorer: object, before: tuple[str, str], timeout_ms: int = 30_000
+) -> tuple[str, str]:
     """Wait until both the readout and the chart differ from ``before``; return the new state."""
     page.wait_for_function(
         """([node, readout, image]) => {
@@ -105,7 +108,10 @@ def wait_for_change(page: object, explorer: object, before: tuple[str, str],
             const img = node.querySelector('.lessonkit-chart img');
             return r && img && r.innerText !== readout && img.getAttribute('src') !== image;
         }""",
-        arg=[explorer.element_handle(), *before], timeout=timeout_ms, polling=200)
+        arg=[explorer.element_handle(), *before],
+        timeout=timeout_ms,
+        polling=200,
+    )
     return state(explorer)
 
 
@@ -126,7 +132,9 @@ def chart_latency_ms(page: object, explorer: object, handle: object, key: str) -
                 }
             });
             observer.observe(chart, {childList: true, subtree: true, attributes: true});
-        }""", explorer.element_handle())
+        }""",
+        explorer.element_handle(),
+    )
     handle.focus()
     page.keyboard.press(key)
     page.wait_for_function("() => window.__lessonkit.t1 !== null", timeout=30_000, polling=20)
@@ -151,7 +159,9 @@ def test_vram_explorer_in_jupyterlab(page: object, server: lab.LabServer) -> Non
 
     # At batch 1 a full fine-tune peaks in the optimizer step, whatever the batch: switch to
     # LoRA, where the activations (and so the batch) set the peak.
-    explorer.locator(".lessonkit-toggle-method").get_by_role("button", name="lora", exact=True).click()
+    explorer.locator(".lessonkit-toggle-method").get_by_role(
+        "button", name="lora", exact=True
+    ).click()
     lora = wait_for_change(page, explorer, first)
     # The method brings its usual precision, as notebook 1 tells the student.
     assert explorer.locator(".lessonkit-dropdown-precision select").input_value() == "bf16"
@@ -165,18 +175,23 @@ def test_vram_explorer_in_jupyterlab(page: object, server: lab.LabServer) -> Non
     page.keyboard.press("ArrowRight")
     moved = wait_for_change(page, explorer, lora)
     assert slider_value.inner_text().strip() == "2"
-    peaks = [float(re.search(r"Peak per GPU: ([\d,.]+) GiB", r).group(1).replace(",", ""))
-             for r, _ in (lora, moved)]
+    peaks = [
+        float(re.search(r"Peak per GPU: ([\d,.]+) GiB", r).group(1).replace(",", ""))
+        for r, _ in (lora, moved)
+    ]
     assert peaks[1] > peaks[0], peaks
     shot(page, "01_vram_explorer-3-batch-2", explorer)
     # Control change to new chart, as the student sees it (target: 150 ms median on 2 CPUs;
     # printed, not asserted: speed is measured, not timed in tests).
-    times = [chart_latency_ms(page, explorer, handle, key)
-             for key in ["ArrowRight", "ArrowLeft"] * 5]
+    times = [
+        chart_latency_ms(page, explorer, handle, key) for key in ["ArrowRight", "ArrowLeft"] * 5
+    ]
     assert all(t > 0 for t in times)
-    print(f"\nvram explorer in the browser: control change to new chart, median "
-          f"{statistics.median(times):.0f} ms (min {min(times):.0f}, max {max(times):.0f}, "
-          f"n={len(times)})")
+    print(
+        f"\nvram explorer in the browser: control change to new chart, median "
+        f"{statistics.median(times):.0f} ms (min {min(times):.0f}, max {max(times):.0f}, "
+        f"n={len(times)})"
+    )
     check_memory_savers(page, explorer)
     shot(page, "01_vram_equation-page")
     assert_no_errors(page, server, name, explorer)
@@ -198,8 +213,11 @@ def check_memory_savers(page: object, explorer: object) -> None:
     before = state(explorer)
     checkpointing.check()
     checkpointed = wait_for_change(page, explorer, before)
-    page.wait_for_function("node => !node.querySelector('input').disabled",
-                           arg=offload.element_handle(), timeout=30_000)
+    page.wait_for_function(
+        "node => !node.querySelector('input').disabled",
+        arg=offload.element_handle(),
+        timeout=30_000,
+    )
     assert "needs checkpointing" not in offload.inner_text()
     offload.locator("input").check()
     offloaded = wait_for_change(page, explorer, checkpointed)
@@ -208,8 +226,9 @@ def check_memory_savers(page: object, explorer: object) -> None:
     shot(page, "01_vram_explorer-4-activation-offload", explorer)
     checkpointing.uncheck()
     plain = wait_for_change(page, explorer, offloaded)
-    page.wait_for_function("node => node.querySelector('input').disabled",
-                           arg=offload.element_handle(), timeout=30_000)
+    page.wait_for_function(
+        "node => node.querySelector('input').disabled", arg=offload.element_handle(), timeout=30_000
+    )
     assert not offload.locator("input").is_checked()
     assert "needs checkpointing" in offload.inner_text()
     assert "Cannot show this combination" not in plain[0]
@@ -230,8 +249,10 @@ def check_timeline_explorer(page: object, server: lab.LabServer, name: str) -> N
     shot(page, "01_timeline_explorer-1-after-run-all", explorer)
     explorer.locator(".lessonkit-checkbox-checkpointing input").check()
     ckpt = wait_for_change(page, explorer, first)
-    peaks = [float(re.search(r"Peak of tensors: ([\d,.]+) GiB", r).group(1).replace(",", ""))
-             for r, _ in (first, ckpt)]
+    peaks = [
+        float(re.search(r"Peak of tensors: ([\d,.]+) GiB", r).group(1).replace(",", ""))
+        for r, _ in (first, ckpt)
+    ]
     assert peaks[1] < peaks[0], peaks
     shot(page, "01_timeline_explorer-2-checkpointing", explorer)
     assert_no_errors(page, server, name, explorer)
@@ -246,7 +267,9 @@ def test_decision_flow_explorer_in_jupyterlab(page: object, server: lab.LabServe
     assert "Google Colab (A100) or Lambda Labs" in first[0]
     shot(page, "04_decision_flow-1-after-run-all", explorer)
 
-    explorer.locator(".lessonkit-toggle-budget").get_by_role("button", name="High", exact=True).click()
+    explorer.locator(".lessonkit-toggle-budget").get_by_role(
+        "button", name="High", exact=True
+    ).click()
     high = wait_for_change(page, explorer, first)
     assert "RTX 4090" in high[0]
     shot(page, "04_decision_flow-2-high-budget", explorer)
@@ -259,7 +282,9 @@ def test_decision_flow_explorer_in_jupyterlab(page: object, server: lab.LabServe
     assert_no_errors(page, server, name, explorer)
 
 
-def test_an_exercise_notebook_opens_from_the_file_browser(page: object, server: lab.LabServer) -> None:
+def test_an_exercise_notebook_opens_from_the_file_browser(
+    page: object, server: lab.LabServer
+) -> None:
     page.goto(f"{server.url}/lab?token={server.token}&reset")
     listing = page.locator(".jp-FileBrowser .jp-DirListing-content")
     listing.locator(".jp-DirListing-item", has_text="notebooks").first.wait_for(timeout=90_000)
@@ -271,8 +296,10 @@ def test_an_exercise_notebook_opens_from_the_file_browser(page: object, server: 
     assert "Exercises 01" in page.locator(".jp-NotebookPanel .jp-MarkdownCell").nth(1).inner_text()
     lab.run_all_cells(page)
     assert lab.error_outputs(page) == []
-    statuses = page.evaluate("() => [...document.querySelectorAll('.jp-NotebookPanel "
-                             "[data-question][data-status]')].map(n => n.dataset.status)")
+    statuses = page.evaluate(
+        "() => [...document.querySelectorAll('.jp-NotebookPanel "
+        "[data-question][data-status]')].map(n => n.dataset.status)"
+    )
     from lessonkit.exercises.checking import question_ids
 
     assert statuses == ["not answered"] * len(question_ids(EXERCISE[:-6])), statuses
@@ -292,30 +319,44 @@ def test_voila_dashboard_explorer_moves_and_resets(browser: object, tmp_path: Pa
             page.goto(url, timeout=120_000)
             explorer = page.locator(".lessonkit-vram-explorer")
             explorer.wait_for(state="visible", timeout=120_000)
-            page.wait_for_function("""node => {
+            page.wait_for_function(
+                """node => {
                 const img = node.querySelector('.lessonkit-chart img');
                 return img && img.getAttribute('src');
-            }""", arg=explorer.element_handle(), timeout=60_000)
+            }""",
+                arg=explorer.element_handle(),
+                timeout=60_000,
+            )
             first = state(explorer)
             assert "Peak per GPU" in first[0] and first[1].startswith("data:image/png")
             assert "vram_explorer(" not in page.inner_text("body")  # code stays hidden
             shot(page, "voila_01-1-start", explorer)
 
             explorer.locator(".lessonkit-toggle-method").get_by_role(
-                "button", name="lora", exact=True).click()
+                "button", name="lora", exact=True
+            ).click()
             lora = wait_for_change(page, explorer, first)
             handle = explorer.locator(".lessonkit-slider-batch .noUi-handle")
             handle.focus()
             page.keyboard.press("ArrowRight")
             moved = wait_for_change(page, explorer, lora)
-            assert explorer.locator(".lessonkit-slider-batch .widget-readout").inner_text().strip() == "2"
+            assert (
+                explorer.locator(".lessonkit-slider-batch .widget-readout").inner_text().strip()
+                == "2"
+            )
             shot(page, "voila_01-2-lora-batch-2", explorer)
 
             explorer.locator(".lessonkit-button-reset").click()
             reset = wait_for_change(page, explorer, moved)
             assert reset[0] == first[0]  # back to the notebook's settings
-            assert explorer.locator(".lessonkit-slider-batch .widget-readout").inner_text().strip() == "1"
-            assert explorer.locator(".lessonkit-toggle-method button.mod-active").inner_text() == "full"
+            assert (
+                explorer.locator(".lessonkit-slider-batch .widget-readout").inner_text().strip()
+                == "1"
+            )
+            assert (
+                explorer.locator(".lessonkit-toggle-method button.mod-active").inner_text()
+                == "full"
+            )
             shot(page, "voila_01-3-reset", explorer)
         finally:
             page.close()
@@ -330,14 +371,20 @@ def test_jupyterlab_rise_shows_the_notebook_as_slides(page: object, server: lab.
     slides = [c for c in cells if c.metadata["slideshow"]["slide_type"] == "slide"]
     page.goto(f"{server.url}/rise/{name}?token={server.token}", timeout=120_000)
     page.wait_for_selector(".reveal .slides > section", timeout=120_000)
-    page.wait_for_function(f"""() => document.querySelectorAll('.reveal .slides > section').length
-                               >= {len(slides)}""", timeout=60_000)
+    page.wait_for_function(
+        f"""() => document.querySelectorAll('.reveal .slides > section').length
+                               >= {len(slides)}""",
+        timeout=60_000,
+    )
     assert page.locator(".reveal .slides > section").count() == len(slides)
     present = page.locator(".reveal .slides > section.present")
     assert "Visualizing the hardware choice" in present.inner_text()
     page.keyboard.press("ArrowRight")
-    page.wait_for_function("""() => {
+    page.wait_for_function(
+        """() => {
         const s = document.querySelector('.reveal .slides > section.present');
         return s && /The guide's flow/.test(s.innerText);
-    }""", timeout=30_000)
+    }""",
+        timeout=30_000,
+    )
     shot(page, "04_rise-2-second-slide")

@@ -4,15 +4,14 @@ fails with one short message naming the platform and the fix."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "set_repository.py"
@@ -24,7 +23,9 @@ import bootstrap  # noqa: E402
 def one_place(root: Path = ROOT) -> tuple[str, str]:
     pyproject = tomllib.loads((root / "pyproject.toml").read_text())
     settings = pyproject["tool"]["lessonkit"]
-    assert pyproject["project"]["urls"]["Homepage"] == f"https://github.com/{settings['repository']}"
+    assert (
+        pyproject["project"]["urls"]["Homepage"] == f"https://github.com/{settings['repository']}"
+    )
     return settings["repository"], settings["release"]
 
 
@@ -41,8 +42,9 @@ def links(path: Path) -> list[tuple[str, str]]:
 
 
 def run_tool(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=120
+    )
 
 
 # ----- one place --------------------------------------------------------------------------------
@@ -122,15 +124,23 @@ def the_install_cell() -> str:
 
 
 PLATFORMS = {
-    "colab": ("import sys, types\nsys.modules['google.colab'] = types.ModuleType('google.colab')",
-              {}, ["On Colab:", "Disconnect and delete runtime"]),
-    "kaggle": ("", {"KAGGLE_KERNEL_RUN_TYPE": "Interactive"},
-               ["On Kaggle:", "Settings > Internet", "phone-verified"]),
+    "colab": (
+        "import sys, types\nsys.modules['google.colab'] = types.ModuleType('google.colab')",
+        {},
+        ["On Colab:", "Disconnect and delete runtime"],
+    ),
+    "kaggle": (
+        "",
+        {"KAGGLE_KERNEL_RUN_TYPE": "Interactive"},
+        ["On Kaggle:", "Settings > Internet", "phone-verified"],
+    ),
     "local": ("", {}, ["On your own machine:", "make course"]),
 }
 # No network: every proxy points at a closed local port, as on Kaggle with Internet off.
-OFFLINE = {key: "http://127.0.0.1:9" for key in
-           ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")}
+OFFLINE = dict.fromkeys(
+    ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"),
+    "http://127.0.0.1:9",
+)
 
 
 def run_cell_without_lessonkit(setup: str, env: dict[str, str], monkeypatch) -> list[dict]:
@@ -144,9 +154,13 @@ def run_cell_without_lessonkit(setup: str, env: dict[str, str], monkeypatch) -> 
     if "KAGGLE_KERNEL_RUN_TYPE" not in env:
         monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
     hide = "import sys\nsys.modules['lessonkit'] = None  # as where it is not installed\n"
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(hide + setup),
-                                         nbformat.v4.new_code_cell(the_install_cell()),
-                                         nbformat.v4.new_code_cell("print('the next cell ran')")])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(hide + setup),
+            nbformat.v4.new_code_cell(the_install_cell()),
+            nbformat.v4.new_code_cell("print('the next cell ran')"),
+        ]
+    )
     client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=300)
     with pytest.raises(nbclient.exceptions.CellExecutionError):
         client.execute()
@@ -163,7 +177,7 @@ def assert_one_short_message(outputs: list[dict], expected: list[str]) -> str:
     assert shown.startswith("Could not install lessonkit (")
     for word in expected:
         assert word in shown, shown
-    for noise in ("Traceback", "ModuleNotFoundError", "restart the kernel", "File \"", "----"):
+    for noise in ("Traceback", "ModuleNotFoundError", "restart the kernel", 'File "', "----"):
         assert noise not in shown, shown
     return shown
 
@@ -181,7 +195,8 @@ def test_offline_the_cell_names_the_platform_and_the_fix(platform, monkeypatch):
 def test_a_pip_failure_shows_pips_own_last_line(monkeypatch, tmp_path):
     """Not the network: pip cannot run git (none on PATH); the message quotes pip and the fix."""
     monkeypatch.setenv("PATH", str(tmp_path))  # the kernel starts from its full path
-    setup_out, cell_out, later = run_cell_without_lessonkit("", {"KAGGLE_KERNEL_RUN_TYPE": "Batch"},
-                                                            monkeypatch)
+    setup_out, cell_out, later = run_cell_without_lessonkit(
+        "", {"KAGGLE_KERNEL_RUN_TYPE": "Batch"}, monkeypatch
+    )
     shown = assert_one_short_message(cell_out, ["On Kaggle:", "git"])
     assert "no Internet connection" not in shown and later == []

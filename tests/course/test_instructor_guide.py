@@ -10,18 +10,34 @@ from pathlib import Path
 
 import pytest
 
-from lessonkit.exercises.expected import bank as _bank
 from lessonkit.exercises.checking import question_ids
+from lessonkit.exercises.expected import bank as _bank
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "instructor-guide.md"
 TOOL = ROOT / "tools" / "instructor_guide.py"
-SECTIONS = ("01_vram_equation", "02_gpu_selection_matrix", "03_choosing_your_environment",
-            "04_hardware_decision_flow", "05_checking_your_environment", "06_summary_and_reflection")
-PARTS = ("**Objectives.**", "**Timing.**", "**Live demo", "**Discussion prompts.**",
-         "**Common mistakes**", "**Grading.**")
-EXPLORERS = {"01": "VRAM explorer", "02": "GPU matrix explorer", "03": "environment explorer",
-             "04": "decision-flow explorer"}
+SECTIONS = (
+    "01_vram_equation",
+    "02_gpu_selection_matrix",
+    "03_choosing_your_environment",
+    "04_hardware_decision_flow",
+    "05_checking_your_environment",
+    "06_summary_and_reflection",
+)
+PARTS = (
+    "**Objectives.**",
+    "**Timing.**",
+    "**Live demo",
+    "**Discussion prompts.**",
+    "**Common mistakes**",
+    "**Grading.**",
+)
+EXPLORERS = {
+    "01": "VRAM explorer",
+    "02": "GPU matrix explorer",
+    "03": "environment explorer",
+    "04": "decision-flow explorer",
+}
 
 
 def sections() -> dict[str, str]:
@@ -73,8 +89,11 @@ def test_every_notebook_has_a_plan():
 @pytest.mark.parametrize("section", SECTIONS)
 def test_points_in_the_guide_match_the_solution_notebooks(section):
     cells = json.loads((ROOT / "solutions" / f"{section}.ipynb").read_text())["cells"]
-    graded = sum(c["metadata"]["nbgrader"]["points"] for c in cells
-                 if c["metadata"].get("nbgrader", {}).get("grade"))
+    graded = sum(
+        c["metadata"]["nbgrader"]["points"]
+        for c in cells
+        if c["metadata"].get("nbgrader", {}).get("grade")
+    )
     block = sections()[section[:2]].split("<!-- points:")[1]
     assert f"= {graded}." in block
     assert graded == sum(_bank()[q]["points"] for q in question_ids(section))

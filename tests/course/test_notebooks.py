@@ -13,11 +13,11 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import nbformat
 import pytest
+import tomllib
 
 import lessonkit
 
@@ -35,19 +35,32 @@ NAMES = (
     "05_checking_your_environment.ipynb",
     "06_summary_and_reflection.ipynb",
 )
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["lessonkit"]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+    "lessonkit"
+]
 REPO, REF = f"github.com/{PYPROJECT['repository']}", PYPROJECT["release"]  # tools/set_repository.py
 # Two parameter sets per notebook, away from the defaults nbval runs with. The second set also
 # runs the explorers in static mode (PNG only), as nbconvert or GitHub's viewer would see them.
 PARAMETER_SETS = {
     "01_vram_equation.ipynb": [
         {"MODEL": "llama-3.1-8b", "METHOD": "lora", "BATCH_SIZE": 4, "SEQ_LEN": 1024},
-        {"MODEL": "70B", "METHOD": "qlora", "BATCH_SIZE": 64, "SEQ_LEN": 32768,
-         "SMALL_MODEL": "qwen2.5-0.5b"},
+        {
+            "MODEL": "70B",
+            "METHOD": "qlora",
+            "BATCH_SIZE": 64,
+            "SEQ_LEN": 32768,
+            "SMALL_MODEL": "qwen2.5-0.5b",
+        },
     ],
     "02_gpu_selection_matrix.ipynb": [
         {"MODEL": "13B", "METHOD": "qlora", "BATCH_SIZE": 8, "SEQ_LEN": 1024, "GPU": "RTX 4090"},
-        {"MODEL": "llama-3.1-70b", "METHOD": "full", "BATCH_SIZE": 1, "SEQ_LEN": 2048, "GPU": "H100"},
+        {
+            "MODEL": "llama-3.1-70b",
+            "METHOD": "full",
+            "BATCH_SIZE": 1,
+            "SEQ_LEN": 2048,
+            "GPU": "H100",
+        },
     ],
     "03_choosing_your_environment.ipynb": [
         {"MODEL": "13B", "METHOD": "qlora", "TOKENS": 100_000_000},
@@ -87,7 +100,9 @@ def parameter_names(nb: nbformat.NotebookNode) -> set[str]:
     tree = ast.parse(parameters_cell(nb).source)
     names = set()
     for node in tree.body:
-        assert isinstance(node, ast.Assign), f"parameters cell: only assignments, got {ast.dump(node)[:60]}"
+        assert isinstance(node, ast.Assign), (
+            f"parameters cell: only assignments, got {ast.dump(node)[:60]}"
+        )
         names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     return names
 
@@ -104,7 +119,8 @@ def test_committed_without_stray_outputs_or_widget_state(name: str) -> None:
     assert strip_notebooks.problems(nb) == []
     text = (NOTEBOOK_DIR / name).read_text(encoding="utf-8")
     assert nbformat.writes(strip_notebooks.strip(nb)) + "\n" == text, (
-        f"{name} is not stripped: run python tools/strip_notebooks.py")
+        f"{name} is not stripped: run python tools/strip_notebooks.py"
+    )
     assert "application/vnd.jupyter.widget-state+json" not in text
     assert "application/vnd.jupyter.widget-view+json" not in text
 
@@ -115,7 +131,8 @@ def test_taught_numbers_are_output_checked(name: str) -> None:
     assert checked, f"{name} has no '# NBVAL_CHECK_OUTPUT' cell"
     for cell in checked:
         assert cell.outputs and cell.execution_count, (
-            f"checked cell without a stored output (nbval would not compare it):\n{cell.source[:200]}")
+            f"checked cell without a stored output (nbval would not compare it):\n{cell.source[:200]}"
+        )
     shown = "".join(o.get("text", "") for cell in checked for o in cell.outputs)
     assert re.search(r"\d+(\.\d+)? (GB|GiB)", shown), f"{name} checks no memory figure"
 
@@ -125,8 +142,12 @@ def test_opens_with_badges_and_an_install_cell(name: str) -> None:
     nb = read(name)
     first = nb.cells[0]
     assert first.cell_type == "markdown" and first.source.startswith("# ")
-    assert f"colab.research.google.com/github/{REPO[11:]}/blob/{REF}/notebooks/{name}" in first.source
-    assert f"kaggle.com/kernels/welcome?src=https://{REPO}/blob/{REF}/notebooks/{name}" in first.source
+    assert (
+        f"colab.research.google.com/github/{REPO[11:]}/blob/{REF}/notebooks/{name}" in first.source
+    )
+    assert (
+        f"kaggle.com/kernels/welcome?src=https://{REPO}/blob/{REF}/notebooks/{name}" in first.source
+    )
     install = code_cells(nb)[0].source
     assert re.search(r"try:\s*\n\s*import lessonkit\s*\nexcept ImportError:", install), install
     requirement = re.search(r'^LESSONKIT = "(.*)"$', install, re.M).group(1)
@@ -220,7 +241,9 @@ def test_what_the_text_says_about_the_default_numbers_holds() -> None:
     assert checkpointed.total_bytes == usual.total_bytes and checkpointed.peak_phase == "optimizer"
     # notebook 6: at the same settings QLoRA needs less than LoRA
     same = dict(batch_size=4, seq_len=512, gradient_checkpointing=True)
-    lora, qlora = (lessonkit.estimate("7B", **method_settings(m), **same) for m in ("lora", "qlora"))
+    lora, qlora = (
+        lessonkit.estimate("7B", **method_settings(m), **same) for m in ("lora", "qlora")
+    )
     assert qlora.total_bytes < lora.total_bytes
 
 
@@ -239,16 +262,21 @@ def test_notebook_1s_explorer_tips_name_its_controls_and_hold() -> None:
     # offload lowers a checkpointed run; the step in backward lowers a full fine-tune; the
     # chunked loss saves more, in share of the peak, on a 128k vocabulary than on a 32k one
     lora = dict(method="lora", precision="bf16", batch_size=8, gradient_checkpointing=True)
-    assert (lessonkit.estimate("7B", activation_offload=True, **lora).total_bytes
-            < lessonkit.estimate("7B", **lora).total_bytes)
-    assert (lessonkit.estimate("7B", optimizer_in_backward=True).total_bytes
-            < lessonkit.estimate("7B").total_bytes)
+    assert (
+        lessonkit.estimate("7B", activation_offload=True, **lora).total_bytes
+        < lessonkit.estimate("7B", **lora).total_bytes
+    )
+    assert (
+        lessonkit.estimate("7B", optimizer_in_backward=True).total_bytes
+        < lessonkit.estimate("7B").total_bytes
+    )
     saved = {}
     for model in ("7B", "llama-3.1-8b"):
         assert lessonkit.resolve_model(model).vocab_size == {"7B": 32000}.get(model, 128256)
         standard = lessonkit.estimate(model, **{**lora, "gradient_checkpointing": False})
-        chunked = lessonkit.estimate(model, **{**lora, "gradient_checkpointing": False},
-                                     loss="chunked")
+        chunked = lessonkit.estimate(
+            model, **{**lora, "gradient_checkpointing": False}, loss="chunked"
+        )
         saved[model] = 1 - chunked.total_bytes / standard.total_bytes
     assert 0 < saved["7B"] < saved["llama-3.1-8b"]
     # docs/instructor-guide.md's demo: the step in backward leaves almost no gradients at the
@@ -258,8 +286,10 @@ def test_notebook_1s_explorer_tips_name_its_controls_and_hold() -> None:
     guide = (ROOT / "docs" / "instructor-guide.md").read_text(encoding="utf-8")
     assert "the gradients slice all but vanishes" in guide.replace("\n   ", " ")
     eight = dict(method="lora", precision="bf16", batch_size=8)
-    assert (lessonkit.estimate("llama-3.1-8b", loss="chunked", **eight).breakdown["logits"]
-            < lessonkit.estimate("llama-3.1-8b", **eight).breakdown["logits"])
+    assert (
+        lessonkit.estimate("llama-3.1-8b", loss="chunked", **eight).breakdown["logits"]
+        < lessonkit.estimate("llama-3.1-8b", **eight).breakdown["logits"]
+    )
 
 
 def test_the_trainer_uses_fused_adamw_as_notebook_1_says(tmp_path) -> None:
@@ -286,10 +316,25 @@ def kernel_env(static: bool = False) -> dict[str, str]:
 
 def run_nbval(paths: list[Path], timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-         "--nbval-current-env", f"--nbval-sanitize-with={SANITIZE}", "--nbval-cell-timeout=300",
-         *map(str, paths)],
-        cwd=ROOT, env=kernel_env(), capture_output=True, text=True, timeout=timeout)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--nbval-lax",
+            "--nbval-current-env",
+            f"--nbval-sanitize-with={SANITIZE}",
+            "--nbval-cell-timeout=300",
+            *map(str, paths),
+        ],
+        cwd=ROOT,
+        env=kernel_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.notebooks
@@ -305,17 +350,26 @@ def test_nbval_catches_a_moved_number(tmp_path: Path) -> None:
     """The harness really compares: a stored number that lessonkit no longer prints fails."""
     cell = nbformat.v4.new_code_cell(
         "# NBVAL_CHECK_OUTPUT\nimport lessonkit as lk\n"
-        "print(f\"{lk.resolve_model('7B').n_params:,}\")")
+        "print(f\"{lk.resolve_model('7B').n_params:,}\")"
+    )
     right = f"{lessonkit.resolve_model('7B').n_params:,}\n"
     for label, stored in (("right", right), ("moved", right.replace("6", "5", 1))):
         nb = nbformat.v4.new_notebook(cells=[cell.copy()])
         nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=stored)]
         nb.cells[0].execution_count = 1
-        nb.cells.append(nbformat.v4.new_code_cell(
-            "# NBVAL_CHECK_OUTPUT\nfrom matplotlib.figure import Figure\nFigure(figsize=(3, 2))",
-            outputs=[nbformat.v4.new_output("execute_result", data={
-                "text/plain": "<Figure size 640x480 with 0 Axes>"}, execution_count=2)],
-            execution_count=2))
+        nb.cells.append(
+            nbformat.v4.new_code_cell(
+                "# NBVAL_CHECK_OUTPUT\nfrom matplotlib.figure import Figure\nFigure(figsize=(3, 2))",
+                outputs=[
+                    nbformat.v4.new_output(
+                        "execute_result",
+                        data={"text/plain": "<Figure size 640x480 with 0 Axes>"},
+                        execution_count=2,
+                    )
+                ],
+                execution_count=2,
+            )
+        )
         nbformat.write(nb, tmp_path / f"{label}.ipynb")
     result = run_nbval([tmp_path / "right.ipynb", tmp_path / "moved.ipynb"])
     assert re.search(r"\b1 failed, 3 passed\b", result.stdout), result.stdout[-3000:]
@@ -323,8 +377,11 @@ def test_nbval_catches_a_moved_number(tmp_path: Path) -> None:
 
 
 @pytest.mark.notebooks
-@pytest.mark.parametrize("name,index", [(n, i) for n in NAMES for i in range(2)],
-                         ids=[f"{n[:2]}-set{i + 1}" for n in NAMES for i in range(2)])
+@pytest.mark.parametrize(
+    "name,index",
+    [(n, i) for n in NAMES for i in range(2)],
+    ids=[f"{n[:2]}-set{i + 1}" for n in NAMES for i in range(2)],
+)
 def test_papermill(name: str, index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import papermill
 
@@ -334,18 +391,31 @@ def test_papermill(name: str, index: int, tmp_path: Path, monkeypatch: pytest.Mo
     if index == 0:
         monkeypatch.delenv("LESSONKIT_STATIC", raising=False)
     out = tmp_path / name
-    papermill.execute_notebook(str(NOTEBOOK_DIR / name), str(out), parameters=params,
-                               kernel_name="python3", cwd=str(NOTEBOOK_DIR), progress_bar=False,
-                               log_output=False, execution_timeout=300)
+    papermill.execute_notebook(
+        str(NOTEBOOK_DIR / name),
+        str(out),
+        parameters=params,
+        kernel_name="python3",
+        cwd=str(NOTEBOOK_DIR),
+        progress_bar=False,
+        log_output=False,
+        execution_timeout=300,
+    )
     nb = nbformat.read(out, as_version=4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert len(injected) == 1 and all(k in injected[0].source for k in params)
     assert not [o for c in code_cells(nb) for o in c.outputs if o.output_type == "error"]
-    statuses = re.findall(r"data-status='([^']+)'", "".join(
-        o.get("data", {}).get("text/html", "") for c in code_cells(nb) for o in c.outputs))
+    statuses = re.findall(
+        r"data-status='([^']+)'",
+        "".join(o.get("data", {}).get("text/html", "") for c in code_cells(nb) for o in c.outputs),
+    )
     assert set(statuses) <= {"not answered"}, statuses  # the placeholders do not stop Run All
     # The parameters reached the taught numbers: the checked cells name the chosen model.
-    shown = "".join(o.get("text", "") for c in code_cells(nb) if strip_notebooks.is_checked(c)
-                    for o in c.outputs)
+    shown = "".join(
+        o.get("text", "")
+        for c in code_cells(nb)
+        if strip_notebooks.is_checked(c)
+        for o in c.outputs
+    )
     model = lessonkit.resolve_model(params.get("MODEL", params.get("MODEL_SIZE")))
     assert model.name in shown

@@ -55,10 +55,24 @@ def test_colab_ships_ipywidgets_7_and_kaggle_8():
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps",
-                            "--no-build-isolation", "-w", str(out), "-q"],
-                           capture_output=True, text=True, timeout=300,
-                           env=dict(os.environ, PIP_NO_INDEX="1"))
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(ROOT),
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PIP_NO_INDEX="1"),
+    )
     assert build.returncode == 0, build.stderr
     return next(out.glob("lessonkit-*.whl"))
 
@@ -66,9 +80,18 @@ def wheel(tmp_path_factory) -> Path:
 def preinstalled_env(path: Path, versions: dict[str, str]) -> Path:
     """A Python environment whose installed distributions are ``versions`` (metadata only)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    site = Path(subprocess.run([str(path / "bin" / "python"), "-c",
-                                "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [
+                str(path / "bin" / "python"),
+                "-c",
+                "import sysconfig; print(sysconfig.get_path('purelib'))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     for name, version in versions.items():
         info = site / f"{re.sub(r'[-.]+', '_', name)}-{version}.dist-info"
         info.mkdir(parents=True)
@@ -77,22 +100,31 @@ def preinstalled_env(path: Path, versions: dict[str, str]) -> Path:
     return path / "bin" / "python"
 
 
-def dry_run(python: Path, requirement: str, report: Path, own_pip: bool = False
-            ) -> list[tuple[str, str]]:
+def dry_run(
+    python: Path, requirement: str, report: Path, own_pip: bool = False
+) -> list[tuple[str, str]]:
     """(name, version) of every distribution ``pip install requirement`` would install into
     ``python``'s environment (with that environment's own pip, or with this one's)."""
-    pip = [str(python), "-m", "pip"] if own_pip else [sys.executable, "-m", "pip", "--python",
-                                                      str(python)]
-    run = subprocess.run([*pip, "install", "--dry-run", "--quiet", "--report", str(report),
-                          requirement],
-                         capture_output=True, text=True, timeout=600)
+    pip = (
+        [str(python), "-m", "pip"]
+        if own_pip
+        else [sys.executable, "-m", "pip", "--python", str(python)]
+    )
+    run = subprocess.run(
+        [*pip, "install", "--dry-run", "--quiet", "--report", str(report), requirement],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     installs = json.loads(report.read_text())["install"]
     return [(profiles.normalize(i["metadata"]["name"]), i["metadata"]["version"]) for i in installs]
 
 
 def changed(installs: list[tuple[str, str]], versions: dict[str, str]) -> list[str]:
-    return [f"{name} {versions[name]} -> {version}" for name, version in installs if name in versions]
+    return [
+        f"{name} {versions[name]} -> {version}" for name, version in installs if name in versions
+    ]
 
 
 @pytest.mark.parametrize("platform", profiles.PLATFORMS)
@@ -128,41 +160,77 @@ def colab_python() -> Path:
 
 
 def installed(python: Path) -> dict[str, str]:
-    out = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return {profiles.normalize(p["name"]): p["version"] for p in json.loads(out)}
 
 
 def test_the_colab_environment_holds_colabs_versions(colab_python):
     colab, have = profiles.read("colab"), installed(colab_python)
     assert set(MATTERS) - {"torch"} <= set(have)
-    differ = [f"{n}: {have[n]} here, {v} on Colab" for n, v in colab.items()
-              if n in have and n not in profiles.LOCAL and have[n] != v]
+    differ = [
+        f"{n}: {have[n]} here, {v} on Colab"
+        for n, v in colab.items()
+        if n in have and n not in profiles.LOCAL and have[n] != v
+    ]
     assert differ == []
-    python = subprocess.run([str(colab_python), "-c", "import sys, torch; "
-                             "print(sys.version_info[:2], torch.__version__)"],
-                            capture_output=True, text=True, check=True).stdout
+    python = subprocess.run(
+        [
+            str(colab_python),
+            "-c",
+            "import sys, torch; print(sys.version_info[:2], torch.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert python.strip()  # torch imports there (the local build)
 
 
-def test_in_the_colab_environment_installing_lessonkit_changes_nothing(colab_python, wheel,
-                                                                       tmp_path):
+def test_in_the_colab_environment_installing_lessonkit_changes_nothing(
+    colab_python, wheel, tmp_path
+):
     # lessonkit itself is there already (from the working tree), so pip may or may not list it.
     have = {k: v for k, v in installed(colab_python).items() if k != "lessonkit"}
-    installs = dry_run(colab_python, f"lessonkit[measure] @ {wheel.as_uri()}",
-                       tmp_path / "report.json", own_pip=True)  # Colab's pip version
+    installs = dry_run(
+        colab_python,
+        f"lessonkit[measure] @ {wheel.as_uri()}",
+        tmp_path / "report.json",
+        own_pip=True,
+    )  # Colab's pip version
     assert changed(installs, have) == []
     assert [name for name, _ in installs if name != "lessonkit"] == []
 
 
 def test_every_explorer_callback_with_colabs_ipywidgets(colab_python):
     """tests/widgets/test_widgets.py again, in the Colab environment (ipywidgets 7.7, its traitlets)."""
-    version = subprocess.run([str(colab_python), "-c", "import ipywidgets; print(ipywidgets.__version__)"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    version = subprocess.run(
+        [str(colab_python), "-c", "import ipywidgets; print(ipywidgets.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert version == profiles.read("colab")["ipywidgets"]
-    run = subprocess.run([str(colab_python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "tests/widgets/test_widgets.py"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=900, env=dict(os.environ, MPLBACKEND="Agg"))
+    run = subprocess.run(
+        [
+            str(colab_python),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/widgets/test_widgets.py",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, MPLBACKEND="Agg"),
+    )
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
     passed = int(re.search(r"(\d+) passed", run.stdout).group(1))
     assert passed >= 35 and " failed" not in run.stdout
@@ -171,17 +239,38 @@ def test_every_explorer_callback_with_colabs_ipywidgets(colab_python):
 def test_charts_and_explorers_with_the_oldest_versions_pyproject_allows():
     """matplotlib 3.6 and ipywidgets 7.7 (pyproject's floors), numpy 1.x: the chart and widget
     tests in .venv-oldest/ (make test builds it)."""
-    python = built(Path(os.environ.get("LESSONKIT_OLDEST_VENV", ROOT / ".venv-oldest")),
-                   "oldest-env")
-    shown = subprocess.run([str(python), "-c", "import matplotlib, ipywidgets; "
-                            "print(matplotlib.__version__, ipywidgets.__version__)"],
-                           capture_output=True, text=True, check=True).stdout.split()
+    python = built(
+        Path(os.environ.get("LESSONKIT_OLDEST_VENV", ROOT / ".venv-oldest")), "oldest-env"
+    )
+    shown = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import matplotlib, ipywidgets; print(matplotlib.__version__, ipywidgets.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     floors = [pin.split("==")[1].rstrip("*") for pin in profiles.lowest()[:2]]
     assert [v.startswith(f) for v, f in zip(shown, floors)] == [True, True], (shown, floors)
-    run = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "tests/charts/test_charts.py", "tests/widgets/test_widgets.py"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=900,
-                         env=dict(os.environ, MPLBACKEND="Agg"))
+    run = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/charts/test_charts.py",
+            "tests/widgets/test_widgets.py",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, MPLBACKEND="Agg"),
+    )
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
     assert int(re.search(r"(\d+) passed", run.stdout).group(1)) >= 50
 
@@ -192,7 +281,8 @@ def kernel_env() -> dict[str, str]:
 
     env = base()
     env["JUPYTER_PATH"] = os.pathsep.join(
-        [str(COLAB_VENV / "share" / "jupyter"), *filter(None, [env.get("JUPYTER_PATH")])])
+        [str(COLAB_VENV / "share" / "jupyter"), *filter(None, [env.get("JUPYTER_PATH")])]
+    )
     return env
 
 
@@ -203,9 +293,14 @@ def test_the_colab_kernel_runs_colabs_packages(colab_python, tmp_path, monkeypat
 
     for key, value in kernel_env().items():
         monkeypatch.setenv(key, value)
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import ipywidgets, matplotlib, numpy, lessonkit, sys\n"
-        "print(ipywidgets.__version__, matplotlib.__version__, numpy.__version__, sys.executable)")])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "import ipywidgets, matplotlib, numpy, lessonkit, sys\n"
+                "print(ipywidgets.__version__, matplotlib.__version__, numpy.__version__, sys.executable)"
+            )
+        ]
+    )
     nbclient.NotebookClient(nb, kernel_name=COLAB_KERNEL, timeout=120).execute()
     shown = nb.cells[0].outputs[0]["text"].split()
     colab = profiles.read("colab")
@@ -220,10 +315,25 @@ def test_nbval_with_colabs_packages(colab_python, name):
     from test_notebooks import SANITIZE
 
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-         f"--nbval-kernel-name={COLAB_KERNEL}", f"--nbval-sanitize-with={SANITIZE}",
-         "--nbval-cell-timeout=300", str(ROOT / "notebooks" / name)],
-        cwd=ROOT, env=kernel_env(), capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--nbval-lax",
+            f"--nbval-kernel-name={COLAB_KERNEL}",
+            f"--nbval-sanitize-with={SANITIZE}",
+            "--nbval-cell-timeout=300",
+            str(ROOT / "notebooks" / name),
+        ],
+        cwd=ROOT,
+        env=kernel_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     assert re.search(r"\d+ passed", run.stdout)
 
@@ -237,9 +347,15 @@ def test_solution_notebooks_with_colabs_packages(colab_python, name, tmp_path, m
     for key, value in kernel_env().items():
         monkeypatch.setenv(key, value)
     out = tmp_path / name
-    papermill.execute_notebook(str(ROOT / "solutions" / name), str(out), kernel_name=COLAB_KERNEL,
-                               cwd=str(ROOT), progress_bar=False, log_output=False,
-                               execution_timeout=300)
+    papermill.execute_notebook(
+        str(ROOT / "solutions" / name),
+        str(out),
+        kernel_name=COLAB_KERNEL,
+        cwd=str(ROOT),
+        progress_bar=False,
+        log_output=False,
+        execution_timeout=300,
+    )
     statuses = re.findall(r"data-status='([^']+)'", json.dumps(nbformat.read(out, as_version=4)))
     assert statuses and set(statuses) <= {"correct", "self-check"}, statuses
 
@@ -247,9 +363,14 @@ def test_solution_notebooks_with_colabs_packages(colab_python, name, tmp_path, m
 def test_the_readme_quotes_the_profiles():
     readme = " ".join((ROOT / "README.md").read_text().split())
     colab, kaggle = profiles.read("colab"), profiles.read("kaggle")
-    assert (f"ipywidgets {colab['ipywidgets']}, matplotlib {colab['matplotlib']}, numpy "
-            f"{colab['numpy']}, ipykernel {colab['ipykernel']}") in readme
-    assert f"ipywidgets ({colab['ipywidgets'][:3]} on Colab, {kaggle['ipywidgets'][:3]} on Kaggle)" in readme
+    assert (
+        f"ipywidgets {colab['ipywidgets']}, matplotlib {colab['matplotlib']}, numpy "
+        f"{colab['numpy']}, ipykernel {colab['ipykernel']}"
+    ) in readme
+    assert (
+        f"ipywidgets ({colab['ipywidgets'][:3]} on Colab, {kaggle['ipywidgets'][:3]} on Kaggle)"
+        in readme
+    )
     major_minor = colab["torch"].split("+")[0]
     assert f"Colab has {major_minor} with CUDA 12.8" in readme and colab["torch"].endswith("+cu128")
     assert "Colab has 3.12" in readme and "# Python there: 3.12" in profiles.header("colab")

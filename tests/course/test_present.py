@@ -30,8 +30,9 @@ present = load_tool()
 
 
 def run_tool(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=600
+    )
 
 
 # ----- slide metadata -----------------------------------------------------------------------
@@ -54,8 +55,14 @@ def test_slides_follow_the_headings(path):
         if cell.cell_type == "code" and present.EXPLORER_CALL.search(cell.source):
             assert kind != "skip"  # an explorer is shown on its slide
     assert types.count("slide") >= 3
-    first_section = next(i for i, c in enumerate(cells) if i and c.cell_type == "markdown"
-                         and c.source.startswith("## ") and not c.source.startswith("## Settings"))
+    first_section = next(
+        i
+        for i, c in enumerate(cells)
+        if i
+        and c.cell_type == "markdown"
+        and c.source.startswith("## ")
+        and not c.source.startswith("## Settings")
+    )
     assert set(types[1:first_section]) == {"skip"}  # install, settings, imports: set-up
 
 
@@ -77,8 +84,9 @@ def test_mark_finds_a_notebook_out_of_step_and_is_idempotent(tmp_path):
 def test_strip_keeps_the_slide_metadata():
     strip = load_script("tools/strip_notebooks.py")
     nb = nbformat.read(NOTEBOOKS[0], as_version=4)
-    assert [c.metadata.get("slideshow") for c in strip.strip(nb).cells] == \
-        [c.metadata.get("slideshow") for c in nb.cells]
+    assert [c.metadata.get("slideshow") for c in strip.strip(nb).cells] == [
+        c.metadata.get("slideshow") for c in nb.cells
+    ]
 
 
 # ----- slides -------------------------------------------------------------------------------
@@ -119,8 +127,11 @@ def test_dashboards_hold_the_settings_and_the_explorers(number, tmp_path):
     path = present.write_dashboard(present.find_notebook(number), tmp_path)
     nb = nbformat.read(path, as_version=4)
     source = present.find_notebook(number)
-    explorers = [c.source for c in nbformat.read(source, as_version=4).cells
-                 if c.cell_type == "code" and present.EXPLORER_CALL.search(c.source)]
+    explorers = [
+        c.source
+        for c in nbformat.read(source, as_version=4).cells
+        if c.cell_type == "code" and present.EXPLORER_CALL.search(c.source)
+    ]
     assert [c.source for c in nb.cells if present.EXPLORER_CALL.search(c.source)] == explorers
     assert not any("pip install" in c.source for c in nb.cells)
     assert nb.cells[0].source.endswith(": explorers")
@@ -133,8 +144,9 @@ def test_dashboards_run_and_show_live_explorers(number, tmp_path):
 
     path = present.write_dashboard(present.find_notebook(number), tmp_path)
     nb = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     outputs = [o for c in nb.cells for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
     views = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
@@ -146,14 +158,19 @@ def test_the_voila_command_serves_the_dashboard():
     assert result.returncode == 0
     command = result.stdout.strip().split()
     assert command[1:3] == ["-m", "voila"] and command[3].endswith(
-        "artifacts/presenter/01_vram_equation.ipynb")
+        "artifacts/presenter/01_vram_equation.ipynb"
+    )
     assert "--port=8899" in command and "--no-browser" in command
     assert importlib.util.find_spec("voila") is not None
 
 
 def test_jupyterlab_rise_is_installed_and_enabled():
-    result = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "jupyter", "labextension", "list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     listing = result.stdout + result.stderr
     line = next((l for l in listing.splitlines() if "jupyterlab-rise" in l), "")
     assert "enabled" in line and "OK" in line, listing

@@ -7,19 +7,27 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from script_loader import load_script
 
 from lessonkit.exercises.checking import key_points_found, question_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = ROOT / "tools" / "generate_exercises.py"
-SECTIONS = ("01_vram_equation", "02_gpu_selection_matrix", "03_choosing_your_environment",
-            "04_hardware_decision_flow", "05_checking_your_environment", "06_summary_and_reflection")
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["lessonkit"]
+SECTIONS = (
+    "01_vram_equation",
+    "02_gpu_selection_matrix",
+    "03_choosing_your_environment",
+    "04_hardware_decision_flow",
+    "05_checking_your_environment",
+    "06_summary_and_reflection",
+)
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+    "lessonkit"
+]
 REPO_URL, REF = f"https://github.com/{PYPROJECT['repository']}", PYPROJECT["release"]
 
 
@@ -72,7 +80,9 @@ def test_check_fails_on_a_hand_edited_exercise(copy_of_notebooks):
     target.write_text(target.read_text().replace("answer = ...", "answer = 80", 1))
     result = run_generator("--check", *dirs)
     assert result.returncode == 1
-    assert "02_gpu_selection_matrix.ipynb: differs" in result.stderr and "answer = 80" in result.stderr
+    assert (
+        "02_gpu_selection_matrix.ipynb: differs" in result.stderr and "answer = 80" in result.stderr
+    )
     assert run_generator(*dirs).returncode == 0  # regenerating repairs it
     assert run_generator("--check", *dirs).returncode == 0
 
@@ -87,8 +97,11 @@ def test_check_fails_on_an_edited_solution_missing_or_extra_exercise(copy_of_not
     shutil.copy(exercises / "04_hardware_decision_flow.ipynb", exercises / "99_stray.ipynb")
     result = run_generator("--check", *dirs)
     assert result.returncode == 1
-    for expected in ("01_vram_equation.ipynb: differs", "03_choosing_your_environment.ipynb: missing",
-                     "99_stray.ipynb: has no solution notebook"):
+    for expected in (
+        "01_vram_equation.ipynb: differs",
+        "03_choosing_your_environment.ipynb: missing",
+        "99_stray.ipynb: has no solution notebook",
+    ):
         assert expected in result.stderr
 
 
@@ -104,15 +117,21 @@ def test_generation_is_deterministic(copy_of_notebooks, tmp_path):
 
 # ----- what the generator writes ------------------------------------------------------------
 def test_code_regions_become_the_placeholder_that_keeps_the_check_working():
-    text = ("x = 1\n### BEGIN SOLUTION\nhelper = 2\nanswer = helper * x\n### END SOLUTION\n"
-            'check("01.1", answer)')
+    text = (
+        "x = 1\n### BEGIN SOLUTION\nhelper = 2\nanswer = helper * x\n### END SOLUTION\n"
+        'check("01.1", answer)'
+    )
     assert gen.replace_regions(text, "code", "t") == (
-        'x = 1\nanswer = ...  # your answer here\ncheck("01.1", answer)', True)
+        'x = 1\nanswer = ...  # your answer here\ncheck("01.1", answer)',
+        True,
+    )
     # Indented like the marker line, as nbgrader does; check() reports such a function as
     # not answered rather than failing.
     nested = "def f():\n    x = 1\n    ### BEGIN SOLUTION\n    y = 2\n    ### END SOLUTION\n    return y\n"
     assert gen.replace_regions(nested, "code", "t") == (
-        "def f():\n    x = 1\n    answer = ...  # your answer here\n    return y\n", True)
+        "def f():\n    x = 1\n    answer = ...  # your answer here\n    return y\n",
+        True,
+    )
     assert gen.replace_regions("x = 1", "code", "t") == ("x = 1", False)
 
 
@@ -121,8 +140,14 @@ def test_markdown_regions_become_a_prompt():
     assert gen.replace_regions(text, "markdown", "t") == ("**Why?**\n\n_Your answer here._\n", True)
 
 
-@pytest.mark.parametrize("text", ["### BEGIN SOLUTION\nx = 1\n", "x = 1\n### END SOLUTION\n",
-                                  "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "### BEGIN SOLUTION\nx = 1\n",
+        "x = 1\n### END SOLUTION\n",
+        "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n",
+    ],
+)
 def test_unbalanced_markers_are_an_error(text):
     with pytest.raises(gen.GeneratorError, match="SOLUTION"):
         gen.replace_regions(text, "code", "solutions/x.ipynb cell 3")
@@ -143,7 +168,10 @@ def test_exercise_notebooks_are_clean_and_say_where_they_come_from(name):
     assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
     assert "solution-only" not in text and "solution notebook**" not in text
     badges = source(exercise["cells"][1])
-    assert f"colab.research.google.com/github/{REPO_URL[19:]}/blob/{REF}/exercises/{name}.ipynb" in badges
+    assert (
+        f"colab.research.google.com/github/{REPO_URL[19:]}/blob/{REF}/exercises/{name}.ipynb"
+        in badges
+    )
     assert f"kaggle.com/kernels/welcome?src={REPO_URL}/blob/{REF}/exercises/{name}.ipynb" in badges
     install = next(source(c) for c in exercise["cells"] if c["cell_type"] == "code")
     assert "except ImportError:" in install and f"{REPO_URL}@{REF}" in install  # only where missing
@@ -154,8 +182,9 @@ def test_exercise_notebooks_are_clean_and_say_where_they_come_from(name):
 def test_each_notebook_checks_exactly_its_sections_questions(name):
     for folder in ("solutions", "exercises"):
         nb = read(ROOT / folder / f"{name}.ipynb")
-        checked = re.findall(r'^check\("(\d\d\.\d+)"', "\n".join(source(c) for c in nb["cells"]),
-                             re.M)
+        checked = re.findall(
+            r'^check\("(\d\d\.\d+)"', "\n".join(source(c) for c in nb["cells"]), re.M
+        )
         assert checked == question_ids(name), folder
 
 
@@ -176,7 +205,7 @@ def test_the_breakdown_is_shown_after_the_question_that_asks_for_its_largest_par
     code = [source(c) for c in cells if c["cell_type"] == "code"]
     at = next(i for i, text in enumerate(code) if 'check("01.5"' in text)
     assert not [text for text in code[:at] if "estimate(" in text]
-    assert any("estimate(" in text for text in code[at + 1:])
+    assert any("estimate(" in text for text in code[at + 1 :])
 
 
 # ----- running them -------------------------------------------------------------------------
@@ -193,8 +222,12 @@ def check_outputs(nb) -> list[tuple[str, str, str]]:
 
 
 def errors(nb) -> list[str]:
-    return [f"{o.ename}: {o.evalue}" for c in nb.cells for o in c.get("outputs", [])
-            if o.output_type == "error"]
+    return [
+        f"{o.ename}: {o.evalue}"
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if o.output_type == "error"
+    ]
 
 
 @pytest.mark.notebooks
@@ -204,14 +237,21 @@ def test_solution_notebook_passes_all_its_checks(name, tmp_path):
     import papermill
 
     out = tmp_path / f"{name}.ipynb"
-    papermill.execute_notebook(str(ROOT / "solutions" / f"{name}.ipynb"), str(out),
-                               kernel_name="python3", cwd=str(ROOT), progress_bar=False,
-                               log_output=False)
+    papermill.execute_notebook(
+        str(ROOT / "solutions" / f"{name}.ipynb"),
+        str(out),
+        kernel_name="python3",
+        cwd=str(ROOT),
+        progress_bar=False,
+        log_output=False,
+    )
     shown = check_outputs(nbformat.read(out, as_version=4))
     assert [qid for qid, _, _ in shown] == question_ids(name)  # each shown once
     for qid, status, text in shown:
         if status == "self-check":
-            assert "(not mentioned)" not in text, f"{qid}: the model answer misses a key point\n{text}"
+            assert "(not mentioned)" not in text, (
+                f"{qid}: the model answer misses a key point\n{text}"
+            )
         else:
             assert status == "correct", text
 
@@ -223,8 +263,9 @@ def test_exercise_notebook_runs_and_reports_not_answered(name, tmp_path):
     import nbformat
 
     nb = nbformat.read(ROOT / "exercises" / f"{name}.ipynb", as_version=4)
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     assert errors(nb) == []
     shown = check_outputs(nb)
     assert [qid for qid, _, _ in shown] == question_ids(name)
@@ -236,8 +277,12 @@ def model_answers() -> list[tuple[str, str]]:
     found = []
     for name in SECTIONS:
         for cell in read(ROOT / "solutions" / f"{name}.ipynb")["cells"]:
-            match = re.search(r'### BEGIN SOLUTION\n(.*?answer = f?""".*?""")\n### END SOLUTION\n'
-                              r'check\("([\d.]+)"', source(cell), re.S)
+            match = re.search(
+                r'### BEGIN SOLUTION\n(.*?answer = f?""".*?""")\n### END SOLUTION\n'
+                r'check\("([\d.]+)"',
+                source(cell),
+                re.S,
+            )
             if match:
                 found.append((match.group(2), match.group(1)))
     return found
@@ -263,9 +308,14 @@ def test_written_answers_in_the_solutions_type_no_figures_that_lessonkit_compute
     figure = re.compile(r"~?\d[\d.,]*\s*(?:GB|GiB|MB|TB|x\b|times\b|%)")
     for name in SECTIONS:
         for cell in read(ROOT / "solutions" / f"{name}.ipynb")["cells"]:
-            for region in re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", source(cell), re.S):
-                texts = ([region] if cell["cell_type"] == "markdown"
-                         else re.findall(r'answer = f?"""(.*?)"""', region, re.S))
+            for region in re.findall(
+                r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", source(cell), re.S
+            ):
+                texts = (
+                    [region]
+                    if cell["cell_type"] == "markdown"
+                    else re.findall(r'answer = f?"""(.*?)"""', region, re.S)
+                )
                 for text in texts:
                     text = allowed.sub("", re.sub(r"\{[^{}]*\}", "{}", text))
                     assert not figure.search(text), (name, figure.search(text).group(0), text)

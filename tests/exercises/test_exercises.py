@@ -12,12 +12,25 @@ import pytest
 
 from lessonkit import LessonkitError
 from lessonkit.exercises.check_result import STATUSES, CheckResult
-from lessonkit.exercises.checking import answer_key, check, hint, key_points_found, options, question_ids
+from lessonkit.exercises.checking import (
+    answer_key,
+    check,
+    hint,
+    key_points_found,
+    options,
+    question_ids,
+)
 from lessonkit.exercises.expected import bandwidth_ladder
 from lessonkit.units import GB, GiB
 
-SECTIONS = ("01_vram_equation", "02_gpu_selection_matrix", "03_choosing_your_environment",
-            "04_hardware_decision_flow", "05_checking_your_environment", "06_summary_and_reflection")
+SECTIONS = (
+    "01_vram_equation",
+    "02_gpu_selection_matrix",
+    "03_choosing_your_environment",
+    "04_hardware_decision_flow",
+    "05_checking_your_environment",
+    "06_summary_and_reflection",
+)
 
 
 def bank() -> dict:
@@ -50,7 +63,7 @@ def test_every_question_is_well_formed():
 
     for qid, question in bank().items():
         assert question["kind"] in _CHECKERS, qid
-        assert question["title"] and question.get("hint") or question["kind"] == "text", qid
+        assert (question["title"] and question.get("hint")) or question["kind"] == "text", qid
         if question["kind"] == "text":
             for point in question["key_points"]:
                 assert point["point"] and all(re.compile(p) for p in point["patterns"])
@@ -118,8 +131,14 @@ def test_expected_answers_follow_the_calculator():
 def number_forms(qid: str) -> list[object]:
     value, unit = float(answer_key(qid)), bank()[qid].get("unit", "")
     if unit == "GB":
-        return [value, f"{value / GB:.3f} GB", f"{value / GB:.3f}GB", value / GB,
-                f"{value / GiB:.3f} GiB", f"{value / 1e6:,.0f} MB"]
+        return [
+            value,
+            f"{value / GB:.3f} GB",
+            f"{value / GB:.3f}GB",
+            value / GB,
+            f"{value / GiB:.3f} GiB",
+            f"{value / 1e6:,.0f} MB",
+        ]
     if unit == "params":
         return [value, int(value), f"{value / 1e6:.3f}M", f"{value:,.0f}"]
     if unit in ("$", "$/h"):
@@ -159,22 +178,38 @@ def test_common_mistakes_get_their_own_hint():
     assert only_weights.status == "not yet" and "gradients" in only_weights.message
 
 
-@pytest.mark.parametrize("text, unit, expected", [
-    ("16 GB", "GB", 16e9), ("16GB", "GB", 16e9), (16e9, "GB", 16e9), (16, "GB", 16e9),
-    ("16 GiB", "GB", 16 * GiB), ("15,000 MB", "GB", 15e9), ("0.44 s", "s", 0.44),
-    ("440 ms", "s", 0.44), ("$17.90", "$", 17.9), ("1.79 $/h", "$/h", 1.79),
-    ("8.4M", "params", 8.4e6), ("8,388,608", "params", 8388608), ("4x", "x", 4),
-    ("16 bytes/param", "B/param", 16), ("14.9 GiB", "GiB", 14.9), ("3 GPUs", "GPUs", 3),
-    ("6,0", "", 6.0),
-])
+@pytest.mark.parametrize(
+    "text, unit, expected",
+    [
+        ("16 GB", "GB", 16e9),
+        ("16GB", "GB", 16e9),
+        (16e9, "GB", 16e9),
+        (16, "GB", 16e9),
+        ("16 GiB", "GB", 16 * GiB),
+        ("15,000 MB", "GB", 15e9),
+        ("0.44 s", "s", 0.44),
+        ("440 ms", "s", 0.44),
+        ("$17.90", "$", 17.9),
+        ("1.79 $/h", "$/h", 1.79),
+        ("8.4M", "params", 8.4e6),
+        ("8,388,608", "params", 8388608),
+        ("4x", "x", 4),
+        ("16 bytes/param", "B/param", 16),
+        ("14.9 GiB", "GiB", 14.9),
+        ("3 GPUs", "GPUs", 3),
+        ("6,0", "", 6.0),
+    ],
+)
 def test_reading_numbers_with_units(text, unit, expected):
     from lessonkit.exercises.answer_parsing import _read_number
 
     assert _read_number(text, unit) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("text, unit", [("16 parsecs", "GB"), ("sixteen", "GB"), ("", "s"),
-                                        ("1.2.3", "x"), ("5 kg", "$")])
+@pytest.mark.parametrize(
+    "text, unit",
+    [("16 parsecs", "GB"), ("sixteen", "GB"), ("", "s"), ("1.2.3", "x"), ("5 kg", "$")],
+)
 def test_unreadable_numbers_say_what_is_expected(text, unit):
     from lessonkit.exercises.answer_parsing import _read_number, _Unreadable
 
@@ -198,15 +233,19 @@ def test_wrong_choices_are_rejected(qid):
     source = bank()[qid].get("options_from")
     if source == "gpus":
         from lessonkit.hardware.gpus import gpu_names
+
         others = gpu_names()
     elif source == "environments":
         from lessonkit.hardware.environments import list_environments
+
         others = [env.name for env in list_environments()]
     elif source == "categories":
         from lessonkit.memory.report import CATEGORIES
+
         others = list(CATEGORIES)
     elif source == "models":
         from lessonkit.models.spec import preset_names
+
         others = preset_names()
     else:
         others = options(qid)
@@ -262,8 +301,11 @@ def test_tables_accept_right_rows_under_other_spellings(qid):
     expected = answer_key(qid)
     assert status(qid, dict(expected)) == "correct"
     unit = bank()[qid]["unit"]
-    written = {"GB": lambda v: f"{v / GB:.4f} GB", "GiB": lambda v: f"{v:.4f} GiB",
-               "s": lambda v: f"{v * 1000:.4f} ms"}[unit]
+    written = {
+        "GB": lambda v: f"{v / GB:.4f} GB",
+        "GiB": lambda v: f"{v:.4f} GiB",
+        "s": lambda v: f"{v * 1000:.4f} ms",
+    }[unit]
     as_text = {name.upper(): written(v) for name, v in expected.items()}
     assert status(qid, as_text) == "correct"
 
@@ -283,14 +325,19 @@ def test_tables_reject_a_wrong_or_missing_row(qid):
 
 
 def test_the_bandwidth_table_knows_short_names():
-    times = {"ddr5": 14 / 89.6, "pcie4": 14 / 31.5, "pcie5": 14 / 63, "gddr6x": 14 / 1008,
-             "hbm3": 14 / 3350}
+    times = {
+        "ddr5": 14 / 89.6,
+        "pcie4": 14 / 31.5,
+        "pcie5": 14 / 63,
+        "gddr6x": 14 / 1008,
+        "hbm3": 14 / 3350,
+    }
     assert status("06.1", times) == "correct"
 
 
 # ----- the health-check debugging task ------------------------------------------------------
 def guide_version():
-    import torch  # noqa: F401  (the guide's snippet uses the global name)
+    import torch
 
     def check_gpu_health():
         if not torch.cuda.is_available():
@@ -298,6 +345,7 @@ def guide_version():
             return
         vram_total = torch.cuda.get_total_memory(0) / (1024**3)
         print(f"Total VRAM: {vram_total:.2f} GB")
+
     return check_gpu_health
 
 
@@ -310,6 +358,7 @@ def test_the_guide_snippet_is_rejected_with_the_reason():
 def test_gib_labelled_as_gb_is_rejected():
     def check_gpu_health():
         import torch
+
         if not torch.cuda.is_available():
             print("no GPU")
             return
@@ -331,6 +380,7 @@ def test_fixed_health_checks_pass_in_gb_or_gib():
 
     def in_gib():
         import torch as t
+
         if not t.cuda.is_available():
             print("[ERROR] No GPU detected.")
             return
@@ -345,6 +395,7 @@ def test_fixed_health_checks_pass_in_gb_or_gib():
 def test_a_function_that_crashes_without_a_gpu_is_rejected():
     def crashes():
         import torch
+
         print(f"{torch.cuda.get_device_properties(0).total_memory / 1e9:.2f} GB")
 
     result = check("05.1", crashes, show=False)
@@ -362,14 +413,18 @@ def test_an_untouched_function_is_not_answered():
 
 # ----- free text ----------------------------------------------------------------------------
 def test_reflections_get_a_self_check_not_a_grade():
-    answer = ("GPU memory bandwidth is about 3350 GB/s on HBM3 against 90 GB/s for DDR5; every step "
-              "reads all the weights, over PCIe if they live in system RAM, and the CPU lacks the "
-              "parallel compute of the GPU.")
+    answer = (
+        "GPU memory bandwidth is about 3350 GB/s on HBM3 against 90 GB/s for DDR5; every step "
+        "reads all the weights, over PCIe if they live in system RAM, and the CPU lacks the "
+        "parallel compute of the GPU."
+    )
     result = check("06.3", answer, show=False)
     assert result.status == "self-check" and result.correct is None
     assert "not a grade" in result.message
     assert key_points_found("06.3", answer) == (4, 4)
-    partial = "It is slower because the bandwidth in GB/s is lower, that is really all there is to say."
+    partial = (
+        "It is slower because the bandwidth in GB/s is lower, that is really all there is to say."
+    )
     found, total = key_points_found("06.3", partial)
     assert 0 < found < total
 
@@ -381,8 +436,28 @@ def test_reflections_need_some_text(answer):
 
 # ----- placeholders and odd input -----------------------------------------------------------
 PLACEHOLDERS = [..., None, "", "   ", "Your answer here.", "your answer here"]
-ODD = [float("nan"), float("inf"), -5, 0, 1e300, True, "abc", "16 parsecs", [1, 2], (), {},
-       {"x": 1}, {1, 2}, object(), b"16 GB", 3 + 4j, lambda: 0, print, types, "-"]
+ODD = [
+    float("nan"),
+    float("inf"),
+    -5,
+    0,
+    1e300,
+    True,
+    "abc",
+    "16 parsecs",
+    [1, 2],
+    (),
+    {},
+    {"x": 1},
+    {1, 2},
+    object(),
+    b"16 GB",
+    3 + 4j,
+    lambda: 0,
+    print,
+    types,
+    "-",
+]
 
 
 @pytest.mark.parametrize("qid", question_ids())
@@ -430,8 +505,10 @@ def test_html_carries_the_status_and_escapes_the_answer():
 
 
 def test_importing_exercises_does_not_import_torch():
-    code = ("import sys, lessonkit.exercises as e; e.check('01.5', 'weights', show=False); "
-            "assert not {'torch', 'transformers', 'matplotlib'} & set(sys.modules), sorted(sys.modules)")
+    code = (
+        "import sys, lessonkit.exercises as e; e.check('01.5', 'weights', show=False); "
+        "assert not {'torch', 'transformers', 'matplotlib'} & set(sys.modules), sorted(sys.modules)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -475,11 +552,20 @@ def test_weights_question_wants_the_exact_count_not_the_guides_14_gb():
     assert "±0.05 GB" in guide.tolerance
 
 
-@pytest.mark.parametrize("text, unit, expected", [
-    ("2-3x", "x", (2, 3)), ("2x - 3x", "x", (2, 3)), ("2 to 3 times", "x", (2, 3)),
-    ("120–160 GB", "GB", (120e9, 160e9)), ("3-2x", "x", (2, 3)),
-    ("4x", "x", None), ("2-3 parsecs", "x", None), ("-", "x", None), (23, "x", None),
-])
+@pytest.mark.parametrize(
+    "text, unit, expected",
+    [
+        ("2-3x", "x", (2, 3)),
+        ("2x - 3x", "x", (2, 3)),
+        ("2 to 3 times", "x", (2, 3)),
+        ("120–160 GB", "GB", (120e9, 160e9)),
+        ("3-2x", "x", (2, 3)),
+        ("4x", "x", None),
+        ("2-3 parsecs", "x", None),
+        ("-", "x", None),
+        (23, "x", None),
+    ],
+)
 def test_reading_ranges(text, unit, expected):
     from lessonkit.exercises.answer_parsing import _read_range
 
@@ -545,8 +631,9 @@ def test_the_issues_junk_examples_no_longer_show_the_answer(qid):
     assert _EXAMPLES[bank()[qid]["unit"]] not in message  # the usual one is this answer
 
 
-@pytest.mark.parametrize("qid", [q for q in ids_of("number")
-                                 if bank()[q].get("unit", "") not in ("GB", "GiB", "s", "h")])
+@pytest.mark.parametrize(
+    "qid", [q for q in ids_of("number") if bank()[q].get("unit", "") not in ("GB", "GiB", "s", "h")]
+)
 def test_ratio_and_count_questions_get_no_unit_diagnosis(qid):
     expected = float(answer_key(qid))
     for factor in (GiB / GB, GB / GiB, 1000, 1e-3, 1e6):
@@ -561,11 +648,26 @@ def test_the_gib_gb_diagnosis_stays_for_memory_questions():
     assert "GiB/GB factor" in result.message
 
 
-@pytest.mark.parametrize("qid, answer, point", [
-    ("06.5", "It does not crash because gradients are not stored and nothing else is needed.", 0),
-    ("01.6", "No gradients are kept, and there is no optimizer state either, only weights here.", 0),
-    ("06.3", "System RAM is not slower and the bandwidth does not matter for training at all.", 0),
-])
+@pytest.mark.parametrize(
+    "qid, answer, point",
+    [
+        (
+            "06.5",
+            "It does not crash because gradients are not stored and nothing else is needed.",
+            0,
+        ),
+        (
+            "01.6",
+            "No gradients are kept, and there is no optimizer state either, only weights here.",
+            0,
+        ),
+        (
+            "06.3",
+            "System RAM is not slower and the bandwidth does not matter for training at all.",
+            0,
+        ),
+    ],
+)
 def test_negated_mentions_are_not_key_points(qid, answer, point):
     result = check(qid, answer, show=False)
     assert result.status == "self-check" and result.correct is None
@@ -574,15 +676,19 @@ def test_negated_mentions_are_not_key_points(qid, answer, point):
 
 
 def test_not_only_is_not_a_negation():
-    answer = ("Not only the weights: the gradients need as much memory again, so the model alone "
-              "says little about the peak.")
+    answer = (
+        "Not only the weights: the gradients need as much memory again, so the model alone "
+        "says little about the peak."
+    )
     details = check("06.5", answer, show=False).details
     assert details[0].endswith("(your answer mentions this)"), details
 
 
 def test_reflections_are_a_checklist_without_ticks():
-    answer = ("Gradients need as much memory as the weights, AdamW keeps two states per parameter, "
-              "activations grow with batch size, the CUDA context takes memory; use QLoRA.")
+    answer = (
+        "Gradients need as much memory as the weights, AdamW keeps two states per parameter, "
+        "activations grow with batch size, the CUDA context takes memory; use QLoRA."
+    )
     result = check("06.5", answer, show=False)
     assert key_points_found("06.5", answer) == (5, 5)
     assert all(d.startswith("☐ ") for d in result.details)  # the student ticks, not the check
@@ -598,11 +704,19 @@ def test_no_question_is_a_yes_or_no_guess():
 
 def test_every_section_has_an_apply_or_analyse_question_beyond_a_pick():
     for section in SECTIONS:
-        thinking = [q for q in question_ids(section)
-                    if bank()[q]["level"] in ("apply", "analyse") and bank()[q]["kind"] != "choice"]
+        thinking = [
+            q
+            for q in question_ids(section)
+            if bank()[q]["level"] in ("apply", "analyse") and bank()[q]["kind"] != "choice"
+        ]
         assert thinking, section
-    assert {q["level"] for q in bank().values()} <= {"remember", "understand", "apply", "analyse",
-                                                     "evaluate"}
+    assert {q["level"] for q in bank().values()} <= {
+        "remember",
+        "understand",
+        "apply",
+        "analyse",
+        "evaluate",
+    }
 
 
 def test_the_cheapest_place_question_says_that_free_tiers_count():
@@ -610,7 +724,9 @@ def test_the_cheapest_place_question_says_that_free_tiers_count():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    cells = _json.loads((root / "solutions" / "03_choosing_your_environment.ipynb").read_text())["cells"]
+    cells = _json.loads((root / "solutions" / "03_choosing_your_environment.ipynb").read_text())[
+        "cells"
+    ]
     text = "".join(next(c for c in cells if c["id"] == "q03-1")["source"])
     assert "that you rent" not in text and "free tiers count" in text
     from lessonkit import get_environment
@@ -620,8 +736,10 @@ def test_the_cheapest_place_question_says_that_free_tiers_count():
 
 def test_the_exercise_placeholder_in_a_function_is_not_answered():
     namespace: dict = {}
-    exec("import torch\ndef f():\n    answer = ...  # your answer here\n    print(f'{vram_total} GB')\n",
-         namespace)
+    exec(
+        "import torch\ndef f():\n    answer = ...  # your answer here\n    print(f'{vram_total} GB')\n",
+        namespace,
+    )
     result = check("05.1", namespace["f"], show=False)
     assert result.status == "not answered" and "answer = ..." in result.message
 

@@ -176,31 +176,64 @@ def raises_a_huge_message():
 
 TEN_MB = 10_000_000
 ODD_ANSWERS = {
-    "int with 5000 digits": 10**5000, "negative int with 5000 digits": -(10**5000),
-    "smallest subnormal": 5e-324, "negative subnormal": -5e-324, "largest float": 1e308,
-    "negative largest float": -1e308, "inf": math.inf, "nan": math.nan, "zero": 0, "-0.0": -0.0,
-    "True": True, "complex": 3 + 4j, "huge Decimal": Decimal("1e999999"),
-    "Fraction": Fraction(1, 3), "bytes": b"12 GB", "bytearray": bytearray(b"12"),
-    "1, 10k spaces, x": "1" + " " * 10_000 + "x", "10 MB of digits": "1" * TEN_MB,
-    "10 MB of letters": "a" * TEN_MB, "10 MB of spaces then 5": " " * TEN_MB + "5",
-    "10 MB of separators": "1-" * (TEN_MB // 2), "ranges over ranges": "1 to " * 20_000 + "2",
-    "digits and commas": "1," * 100_000, "10 MB of dots": "." * TEN_MB,
+    "int with 5000 digits": 10**5000,
+    "negative int with 5000 digits": -(10**5000),
+    "smallest subnormal": 5e-324,
+    "negative subnormal": -5e-324,
+    "largest float": 1e308,
+    "negative largest float": -1e308,
+    "inf": math.inf,
+    "nan": math.nan,
+    "zero": 0,
+    "-0.0": -0.0,
+    "True": True,
+    "complex": 3 + 4j,
+    "huge Decimal": Decimal("1e999999"),
+    "Fraction": Fraction(1, 3),
+    "bytes": b"12 GB",
+    "bytearray": bytearray(b"12"),
+    "1, 10k spaces, x": "1" + " " * 10_000 + "x",
+    "10 MB of digits": "1" * TEN_MB,
+    "10 MB of letters": "a" * TEN_MB,
+    "10 MB of spaces then 5": " " * TEN_MB + "5",
+    "10 MB of separators": "1-" * (TEN_MB // 2),
+    "ranges over ranges": "1 to " * 20_000 + "2",
+    "digits and commas": "1," * 100_000,
+    "10 MB of dots": "." * TEN_MB,
     "20k characters of sentences": "The GPU's memory bandwidth is not 14 GB/s. " * 450,
-    "unicode digits": "١٢٣ GB", "emoji": "💥 GB", "NUL": "\x00", "exponent overflow": "1e99999 GB",
-    "range of huge numbers": "1e308-1e309", "newlines": "5\nGB",
-    "a million-item list": [1] * 1_000_000, "a list of 10 MB strings": ["a" * TEN_MB] * 3,
-    "a nested list": nested(100_000), "a 100k-entry dict": {str(i): i for i in range(100_000)},
-    "a dict with a 10 MB key": {"k" * TEN_MB: 1}, "a dict of odd values": {"x": Raises()},
-    "a set": {1, 2, 3}, "a generator": (i for i in range(3)), "a type": int, "a module": math,
-    "everything raises": Raises(), "repr raises": RaisesOnReprOnly(),
-    "repr is not text": ReprIsNotText(), "10 MB repr": HugeRepr(), "hostile str": HostileStr("5"),
-    "hostile list": HostileList(["a"]), "hostile dict": HostileDict(a=1),
+    "unicode digits": "١٢٣ GB",
+    "emoji": "💥 GB",
+    "NUL": "\x00",
+    "exponent overflow": "1e99999 GB",
+    "range of huge numbers": "1e308-1e309",
+    "newlines": "5\nGB",
+    "a million-item list": [1] * 1_000_000,
+    "a list of 10 MB strings": ["a" * TEN_MB] * 3,
+    "a nested list": nested(100_000),
+    "a 100k-entry dict": {str(i): i for i in range(100_000)},
+    "a dict with a 10 MB key": {"k" * TEN_MB: 1},
+    "a dict of odd values": {"x": Raises()},
+    "a set": {1, 2, 3},
+    "a generator": (i for i in range(3)),
+    "a type": int,
+    "a module": math,
+    "everything raises": Raises(),
+    "repr raises": RaisesOnReprOnly(),
+    "repr is not text": ReprIsNotText(),
+    "10 MB repr": HugeRepr(),
+    "hostile str": HostileStr("5"),
+    "hostile list": HostileList(["a"]),
+    "hostile dict": HostileDict(a=1),
     "__getattribute__ raises": GetattributeRaises(),
-    "calls sys.exit": calls_exit, "raises SystemExit": calls_builtin_exit,
-    "raises KeyboardInterrupt": raises_keyboard_interrupt, "loops forever": loops_forever,
-    "sleeps": sleeps, "prints 10 MB": prints_ten_megabytes,
+    "calls sys.exit": calls_exit,
+    "raises SystemExit": calls_builtin_exit,
+    "raises KeyboardInterrupt": raises_keyboard_interrupt,
+    "loops forever": loops_forever,
+    "sleeps": sleeps,
+    "prints 10 MB": prints_ten_megabytes,
     "prints a long run of digits": prints_a_long_run_of_digits,
-    "recurses forever": recurses_forever, "wants an argument": wants_an_argument,
+    "recurses forever": recurses_forever,
+    "wants an argument": wants_an_argument,
     "a generator function": generator,
     "an exception that cannot print": raises_an_exception_that_cannot_print,
     "an exception with a 10 MB message": raises_a_huge_message,
@@ -262,25 +295,43 @@ def test_a_right_answer_still_passes_after_the_odd_ones():
 # ----- random answers -------------------------------------------------------------------------
 NUMBERISH = st.text(alphabet="0123456789 .,-–—+eE$xtoGBMiKkbhsu/", max_size=120)
 ANSWERS = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(), st.complex_numbers(),
-    st.decimals(), st.fractions(), st.text(max_size=300), NUMBERISH, st.binary(max_size=50),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.complex_numbers(),
+    st.decimals(),
+    st.fractions(),
+    st.text(max_size=300),
+    NUMBERISH,
+    st.binary(max_size=50),
     st.lists(st.one_of(st.text(max_size=30), st.integers(), st.floats()), max_size=20),
-    st.dictionaries(st.one_of(st.text(max_size=30), st.integers()),
-                    st.one_of(NUMBERISH, st.floats(), st.none()), max_size=8),
+    st.dictionaries(
+        st.one_of(st.text(max_size=30), st.integers()),
+        st.one_of(NUMBERISH, st.floats(), st.none()),
+        max_size=8,
+    ),
     st.sets(st.text(max_size=10), max_size=5),
 )
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(qid=st.sampled_from(question_ids()), answer=ANSWERS)
 def test_random_answers_never_raise(qid, answer):
     checked(qid, answer)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)
-@given(text=NUMBERISH, unit=st.sampled_from(["GB", "s", "h", "$", "$/h", "x", "B/param",
-                                             "params", "GPUs", "GiB", ""]))
+@given(
+    text=NUMBERISH,
+    unit=st.sampled_from(["GB", "s", "h", "$", "$/h", "x", "B/param", "params", "GPUs", "GiB", ""]),
+)
 def test_the_number_and_range_reader_is_total_and_fast(text, unit):
     from lessonkit.exercises.answer_parsing import _read_number, _read_range, _Unreadable
 

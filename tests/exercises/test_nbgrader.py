@@ -18,19 +18,25 @@ from pathlib import Path
 
 import pytest
 
-from lessonkit.exercises.expected import bank as _bank
 from lessonkit.exercises.checking import answer_key, question_ids
+from lessonkit.exercises.expected import bank as _bank
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ("01_vram_equation", "02_gpu_selection_matrix", "03_choosing_your_environment",
-            "04_hardware_decision_flow", "05_checking_your_environment", "06_summary_and_reflection")
+SECTIONS = (
+    "01_vram_equation",
+    "02_gpu_selection_matrix",
+    "03_choosing_your_environment",
+    "04_hardware_decision_flow",
+    "05_checking_your_environment",
+    "06_summary_and_reflection",
+)
 ASSIGNMENT = "gpu-survival-guide"
 COURSE_ID = "gsg-course"
 BIN = Path(sys.executable).parent  # nbgrader calls `alembic` from PATH
 GRADE_ID = re.compile(r"^[a-zA-Z0-9_\-]*$")
 
 if os.environ.get("CI"):  # CI installs the dev extra: nbgrader must be there
-    import nbgrader  # noqa: F401
+    import nbgrader
 else:
     nbgrader = pytest.importorskip("nbgrader", reason="pip install -e '.[grade]'")
 
@@ -48,10 +54,20 @@ def meta(cell: dict) -> dict:
 
 
 def run_nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-               JUPYTER_CONFIG_DIR=str(course / ".jupyter"), MPLBACKEND="Agg")
-    result = subprocess.run([str(BIN / "nbgrader"), *args], cwd=course, env=env,
-                            capture_output=True, text=True, timeout=900)
+    env = dict(
+        os.environ,
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        JUPYTER_CONFIG_DIR=str(course / ".jupyter"),
+        MPLBACKEND="Agg",
+    )
+    result = subprocess.run(
+        [str(BIN / "nbgrader"), *args],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{result.stderr[-4000:]}"
     return result
 
@@ -77,9 +93,15 @@ def test_solutions_carry_nbgrader_cells_for_every_question(name):
             assert meta(explain)["points"] == question["points"]
             continue
         test = cells[at + 1]
-        assert meta(test) == {"grade": True, "grade_id": test["id"], "locked": True,
-                              "points": question["points"], "schema_version": 3,
-                              "solution": False, "task": False}, qid
+        assert meta(test) == {
+            "grade": True,
+            "grade_id": test["id"],
+            "locked": True,
+            "points": question["points"],
+            "schema_version": 3,
+            "solution": False,
+            "task": False,
+        }, qid
         assert f'autograde("{qid}", ' in source(test)
     assert "BEGIN SOLUTION" not in text.replace("### BEGIN SOLUTION\n", "")
 
@@ -106,7 +128,9 @@ def test_the_generator_refuses_what_nbgrader_refuses(tmp_path):
     with pytest.raises(gen.GeneratorError, match="without nbgrader solution metadata"):
         gen.make_exercise(nb, "01_vram_equation.ipynb")
     nb = read(ROOT / "solutions" / "01_vram_equation.ipynb")
-    next(c for c in nb["cells"] if c["id"] == "q01-1-test")["metadata"]["nbgrader"]["grade_id"] = "01.1"
+    next(c for c in nb["cells"] if c["id"] == "q01-1-test")["metadata"]["nbgrader"]["grade_id"] = (
+        "01.1"
+    )
     with pytest.raises(gen.GeneratorError, match="nbgrader's rule"):
         gen.make_exercise(nb, "01_vram_equation.ipynb")
 
@@ -129,10 +153,17 @@ def _wrong(qid: str) -> str:
         expected = answer_key(qid)
         accepted = {expected} if isinstance(expected, str) else set(expected)
         source_ = question.get("options_from")
-        names = ({"gpus": ["T4", "H100 SXM"], "environments": ["aws-sagemaker", "lambda"],
-                  "models": ["gpt2", "qwen2.5-0.5b"], "categories": ["weights", "activations"],
-                  "methods": ["full"]}[source_] if source_ else
-                 [o["name"] if isinstance(o, dict) else o for o in question["options"]])
+        names = (
+            {
+                "gpus": ["T4", "H100 SXM"],
+                "environments": ["aws-sagemaker", "lambda"],
+                "models": ["gpt2", "qwen2.5-0.5b"],
+                "categories": ["weights", "activations"],
+                "methods": ["full"],
+            }[source_]
+            if source_
+            else [o["name"] if isinstance(o, dict) else o for o in question["options"]]
+        )
         from lessonkit.exercises.expected import CATALOGS as _CATALOGS
 
         wrong = [n for n in names if (_CATALOGS[source_](n) if source_ else n) not in accepted]
@@ -161,9 +192,12 @@ def _student_copy(release: dict, solution: dict, plan: dict[str, str]) -> dict:
             if _bank()[qid]["kind"] == "function":  # the guide's own broken line
                 cell["source"] = source(cell).replace(
                     "answer = ...  # your answer here",
-                    "vram_total = torch.cuda.get_total_memory(0) / (1024**3)")
+                    "vram_total = torch.cuda.get_total_memory(0) / (1024**3)",
+                )
             elif _bank()[qid]["kind"] != "text":
-                cell["source"] = source(cell).replace("answer = ...  # your answer here", _wrong(qid))
+                cell["source"] = source(cell).replace(
+                    "answer = ...  # your answer here", _wrong(qid)
+                )
     return nb
 
 
@@ -174,9 +208,11 @@ def course(tmp_path_factory) -> Path:
     exchange = course / "exchange"
     exchange.mkdir()
     config = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8")
-    config += (f"\nc.CourseDirectory.root = {str(course)!r}\nc.CourseDirectory.course_id = "
-               f"{COURSE_ID!r}\nc.Exchange.root = {str(exchange)!r}\n"
-               "c.ExecutePreprocessor.timeout = 300\n")
+    config += (
+        f"\nc.CourseDirectory.root = {str(course)!r}\nc.CourseDirectory.course_id = "
+        f"{COURSE_ID!r}\nc.Exchange.root = {str(exchange)!r}\n"
+        "c.ExecutePreprocessor.timeout = 300\n"
+    )
     (course / "nbgrader_config.py").write_text(config, encoding="utf-8")
     (course / "source" / ASSIGNMENT).mkdir(parents=True)
     for name in SECTIONS:
@@ -221,7 +257,7 @@ def _plan(qids: list[str]) -> dict[str, str]:
 def test_autograding_gives_each_question_its_points(course):
     from nbgrader.api import Gradebook
 
-    students = {"all-right": lambda qids: {q: "right" for q in qids}, "mixed": _plan}
+    students = {"all-right": lambda qids: dict.fromkeys(qids, "right"), "mixed": _plan}
     expected: dict[tuple[str, str], tuple[float, float]] = {}
     for student, plan_for in students.items():
         folder = course / "submitted" / student / ASSIGNMENT
@@ -232,7 +268,8 @@ def test_autograding_gives_each_question_its_points(course):
             release = read(course / "release" / ASSIGNMENT / f"{name}.ipynb")
             solution = read(ROOT / "solutions" / f"{name}.ipynb")
             (folder / f"{name}.ipynb").write_text(
-                json.dumps(_student_copy(release, solution, plan)), encoding="utf-8")
+                json.dumps(_student_copy(release, solution, plan)), encoding="utf-8"
+            )
             auto = sum(_bank()[q]["points"] for q in qids if plan[q] == "right")
             total = sum(_bank()[q]["points"] for q in question_ids(name))
             expected[student, name] = (auto, total)
@@ -247,8 +284,10 @@ def test_autograding_gives_each_question_its_points(course):
             for qid in question_ids(name):
                 test_id = "q" + qid.replace(".", "-") + "-test"
                 if test_id in graded and student == "mixed":
-                    right = _plan([q for q in question_ids(name)
-                                   if _bank()[q]["kind"] != "text"])[qid] == "right"
+                    right = (
+                        _plan([q for q in question_ids(name) if _bank()[q]["kind"] != "text"])[qid]
+                        == "right"
+                    )
                     assert graded[test_id] == (_bank()[qid]["points"] if right else 0), qid
             # Written explanations: a blank one scores 0 at once, a written one waits for a person.
             manual = [g for g in notebook.grades if g.cell.cell_type == "markdown"]

@@ -14,8 +14,10 @@ from lessonkit.units import GB, GiB
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
-@pytest.mark.parametrize("guess, expected", [("100 GiB", 100 * GiB), ("120 GB", 120 * GB),
-                                             (100, 100 * GiB), ("1.5 TB", 1.5e12)])
+@pytest.mark.parametrize(
+    "guess, expected",
+    [("100 GiB", 100 * GiB), ("120 GB", 120 * GB), (100, 100 * GiB), ("1.5 TB", 1.5e12)],
+)
 def test_memory_guesses_are_read_with_their_units_and_gib_by_default(guess, expected):
     read = read_guess(guess, "memory")
     assert read.ok and read.value == pytest.approx(expected)
@@ -27,11 +29,16 @@ def test_no_guess_yet_says_what_to_write(guess, capsys):
     assert not read.ok and "No guess yet" in capsys.readouterr().out and "'100 GiB'" in read.message
 
 
-@pytest.mark.parametrize("guess, kind, words", [("lots", "memory", "Cannot read"),
-                                                 ("-5 GiB", "memory", "Cannot read"),
-                                                 ("RTX 4909", "gpu", "Did you mean"),
-                                                 ("colabb", "environment", "Did you mean"),
-                                                 (object(), "gpu", "Cannot read")])
+@pytest.mark.parametrize(
+    "guess, kind, words",
+    [
+        ("lots", "memory", "Cannot read"),
+        ("-5 GiB", "memory", "Cannot read"),
+        ("RTX 4909", "gpu", "Did you mean"),
+        ("colabb", "environment", "Did you mean"),
+        (object(), "gpu", "Cannot read"),
+    ],
+)
 def test_a_bad_guess_is_a_message_never_a_traceback(guess, kind, words):
     read = read_guess(guess, kind)
     assert not read.ok and words in read.message
@@ -61,8 +68,12 @@ def test_reveal_compares_memory_in_percent_and_names_exactly(capsys):
 def test_each_key_number_has_a_guess_before_it_in_the_notebooks():
     """Notebooks 1, 2, 3 and 6: a predict() cell before the number, a reveal() after it, and
     each reflection's guess before the data that answers it."""
-    wanted = {"01_vram_equation.ipynb": 1, "02_gpu_selection_matrix.ipynb": 1,
-              "03_choosing_your_environment.ipynb": 1, "06_summary_and_reflection.ipynb": 2}
+    wanted = {
+        "01_vram_equation.ipynb": 1,
+        "02_gpu_selection_matrix.ipynb": 1,
+        "03_choosing_your_environment.ipynb": 1,
+        "06_summary_and_reflection.ipynb": 2,
+    }
     for name, count in wanted.items():
         cells = nbformat.read(NOTEBOOKS / name, 4).cells
         sources = [c.source for c in cells if c.cell_type == "code"]

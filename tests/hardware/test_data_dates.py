@@ -20,18 +20,31 @@ from lessonkit.hardware.environments import list_environments
 
 
 def _load(name: str) -> dict[str, Any]:
-    return json.loads(resources.files("lessonkit").joinpath(f"data/{name}").read_text(encoding="utf-8"))
+    return json.loads(
+        resources.files("lessonkit").joinpath(f"data/{name}").read_text(encoding="utf-8")
+    )
 
 
 GPUS = _load("gpus.json")["gpus"]
 ENVIRONMENTS = _load("environments.json")["environments"]
 MODELS = _load("models.json")["models"]
-LINKS = [row for row in _load("bandwidth.json")["links"] if "as_of" in row]   # GPU rows borrow gpus.json's
+LINKS = [
+    row for row in _load("bandwidth.json")["links"] if "as_of" in row
+]  # GPU rows borrow gpus.json's
 PUBLISHED = {"gpus.json": GPUS, "models.json": MODELS, "bandwidth.json": LINKS}
 
 # Generations in the order each vendor brought them out (Hopper and Ada Lovelace came the same year).
-GENERATIONS = {"NVIDIA": [{"Pascal"}, {"Volta"}, {"Turing"}, {"Ampere"}, {"Hopper", "Ada Lovelace"}, {"Blackwell"}],
-               "AMD": [{"CDNA 2"}, {"CDNA 3"}]}
+GENERATIONS = {
+    "NVIDIA": [
+        {"Pascal"},
+        {"Volta"},
+        {"Turing"},
+        {"Ampere"},
+        {"Hopper", "Ada Lovelace"},
+        {"Blackwell"},
+    ],
+    "AMD": [{"CDNA 2"}, {"CDNA 3"}],
+}
 
 
 def _date(text: str) -> dt.date:
@@ -40,7 +53,11 @@ def _date(text: str) -> dt.date:
 
 def _all_dates() -> list[tuple[str, str]]:
     found = [(f"gpus.json {g['name']}", g["as_of"]) for g in GPUS]
-    found += [(f"gpus.json {g['name']} price", g["price_per_hour"]["as_of"]) for g in GPUS if g["price_per_hour"]]
+    found += [
+        (f"gpus.json {g['name']} price", g["price_per_hour"]["as_of"])
+        for g in GPUS
+        if g["price_per_hour"]
+    ]
     found += [(f"environments.json {e['key']}", e["as_of"]) for e in ENVIRONMENTS]
     found += [(f"models.json {m['name']}", m["as_of"]) for m in MODELS]
     found += [(f"bandwidth.json {row['name']}", row["as_of"]) for row in LINKS]
@@ -58,10 +75,16 @@ def test_every_as_of_is_a_real_date_not_in_the_future(where, as_of):
 def test_published_figures_carry_their_own_publication_dates(name):
     records = PUBLISHED[name]
     for record in records:
-        assert record.get("as_of_basis", "").strip(), f"{name} {record['name']}: say what the as_of date is"
-        assert record["as_of"] in record["as_of_basis"], f"{name} {record['name']}: as_of_basis names another day"
+        assert record.get("as_of_basis", "").strip(), (
+            f"{name} {record['name']}: say what the as_of date is"
+        )
+        assert record["as_of"] in record["as_of_basis"], (
+            f"{name} {record['name']}: as_of_basis names another day"
+        )
     dates = {r["as_of"] for r in records}
-    assert len(dates) > 1, f"every record of {name} has as_of {dates.pop()}: the day of an edit, not of a source"
+    assert len(dates) > 1, (
+        f"every record of {name} has as_of {dates.pop()}: the day of an edit, not of a source"
+    )
 
 
 def test_gpu_datasheets_follow_the_order_of_their_generations():
@@ -76,7 +99,8 @@ def test_gpu_datasheets_follow_the_order_of_their_generations():
             for earlier in filter(None, first[:rank]):
                 assert _date(gpu.as_of) > earlier, (
                     f"{gpu.name} ({gpu.architecture}) dated {gpu.as_of}, not after an earlier generation's "
-                    f"first datasheet ({earlier})")
+                    f"first datasheet ({earlier})"
+                )
 
 
 def test_a_gpu_is_priced_after_its_datasheet_appeared():
@@ -99,18 +123,27 @@ def test_model_releases_follow_their_version_numbers():
     for model in MODELS:
         version = _version(model["name"])
         if version:
-            by_family.setdefault(version[0], {}).setdefault(version[1], []).append(_date(model["as_of"]))
+            by_family.setdefault(version[0], {}).setdefault(version[1], []).append(
+                _date(model["as_of"])
+            )
     assert {"llama", "qwen", "gemma"} <= set(by_family)
     for family, versions in by_family.items():
         ordered = sorted(versions)
         for older, newer in zip(ordered, ordered[1:]):
-            assert max(versions[older]) < min(versions[newer]), f"{family} {older} not released before {newer}"
+            assert max(versions[older]) < min(versions[newer]), (
+                f"{family} {older} not released before {newer}"
+            )
 
 
 def test_pcie_generations_are_dated_in_order():
-    pcie = {int(m.group(1)): _date(row["as_of"]) for row in LINKS
-            if (m := re.match(r"PCIe (\d)\.0", row["name"]))}
+    pcie = {
+        int(m.group(1)): _date(row["as_of"])
+        for row in LINKS
+        if (m := re.match(r"PCIe (\d)\.0", row["name"]))
+    }
     assert len(pcie) >= 2
     ordered = sorted(pcie)
     for older, newer in zip(ordered, ordered[1:]):
-        assert pcie[older] < pcie[newer], f"PCIe {older}.0 dated {pcie[older]}, PCIe {newer}.0 {pcie[newer]}"
+        assert pcie[older] < pcie[newer], (
+            f"PCIe {older}.0 dated {pcie[older]}, PCIe {newer}.0 {pcie[newer]}"
+        )

@@ -46,7 +46,12 @@ def test_figures_are_consistent(gpu):
 
 
 def test_the_guides_matrix_gpus_are_flagged():
-    assert {g.name for g in list_gpus(in_guide=True)} == {"RTX 4090", "RTX A6000", "A100 80GB", "H100 SXM"}
+    assert {g.name for g in list_gpus(in_guide=True)} == {
+        "RTX 4090",
+        "RTX A6000",
+        "A100 80GB",
+        "H100 SXM",
+    }
 
 
 def test_memory_is_read_in_binary_units():
@@ -67,12 +72,21 @@ def test_t4_offers_what_pytorch_reports_on_colab_not_nvidia_smis_15_gib():
     assert get_gpu("A100 80GB").usable_text == "79.2 GiB"
 
 
-@pytest.mark.parametrize("query,expected", [
-    ("a100", "A100 80GB"), ("A100 80GB", "A100 80GB"), ("h100-sxm", "H100 SXM"),
-    ("H100", "H100 SXM"), ("Tesla T4", "T4"), ("NVIDIA GeForce RTX 4090", "RTX 4090"),
-    ("NVIDIA A100-SXM4-40GB", "A100 40GB"), ("AMD Instinct MI300X", "MI300X"),
-    ("a6000", "RTX A6000"), ("NVIDIA H100 80GB HBM3", "H100 SXM"),
-])
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("a100", "A100 80GB"),
+        ("A100 80GB", "A100 80GB"),
+        ("h100-sxm", "H100 SXM"),
+        ("H100", "H100 SXM"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("a6000", "RTX A6000"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+    ],
+)
 def test_lookups_forgive_spelling(query, expected):
     assert get_gpu(query).name == expected
 
@@ -83,7 +97,9 @@ def test_device_names_are_matched_with_their_memory():
     assert find_gpu("NVIDIA RTX A1000") is None
 
 
-@pytest.mark.parametrize("bad,suggestion", [("a1000", "A100"), ("H1000", "H100"), ("rtx 4900", "RTX 4090")])
+@pytest.mark.parametrize(
+    "bad,suggestion", [("a1000", "A100"), ("H1000", "H100"), ("rtx 4900", "RTX 4090")]
+)
 def test_unknown_names_suggest_close_matches(bad, suggestion):
     with pytest.raises(LessonkitError, match="Did you mean") as err:
         get_gpu(bad)
@@ -123,10 +139,10 @@ def test_catalog_prices_are_the_span_of_the_environments_offers():
             continue
         price = gpu.price_per_hour
         assert (price.low, price.high, price.typical) == pytest.approx(
-            (offered["low"], offered["high"], offered["typical"])), gpu.name
+            (offered["low"], offered["high"], offered["typical"])
+        ), gpu.name
         assert price.source == offered["source"] and price.as_of == offered["as_of"]
     # The cases that disagreed: RunPod's RTX A6000 and MI300X, Vast.ai's H200.
     assert get_gpu("RTX A6000").price_per_hour.low <= 0.49
     assert get_gpu("MI300X").price_per_hour.high >= 2.49
     assert get_gpu("H200").price_per_hour.low <= 2.3
-

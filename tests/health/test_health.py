@@ -16,12 +16,27 @@ from lessonkit.health.probes import TORCH_INSTALL, _kernels_in_wheel
 from lessonkit.units import GiB
 
 # A T4 as PyTorch reports it: the catalog's usable memory (total_memory), not the box's 16 GB.
-T4 = dict(name="Tesla T4", total_memory=get_gpu("T4").usable_bytes, major=7, minor=5,
-          multi_processor_count=40)
-A100 = dict(name="NVIDIA A100-SXM4-80GB", total_memory=int(79.15 * GiB), major=8, minor=0,
-            multi_processor_count=108)
-P100 = dict(name="Tesla P100-PCIE-16GB", total_memory=int(15.9 * GiB), major=6, minor=0,
-            multi_processor_count=56)
+T4 = dict(
+    name="Tesla T4",
+    total_memory=get_gpu("T4").usable_bytes,
+    major=7,
+    minor=5,
+    multi_processor_count=40,
+)
+A100 = dict(
+    name="NVIDIA A100-SXM4-80GB",
+    total_memory=int(79.15 * GiB),
+    major=8,
+    minor=0,
+    multi_processor_count=108,
+)
+P100 = dict(
+    name="Tesla P100-PCIE-16GB",
+    total_memory=int(15.9 * GiB),
+    major=6,
+    minor=0,
+    multi_processor_count=56,
+)
 WHEEL_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
 NO_KERNEL = "CUDA error: no kernel image is available for execution on the device"
 
@@ -30,21 +45,32 @@ class FakeTensor:
     def __init__(self, n: int, value: float, fail: str | None):
         self.n, self.value, self.fail = n, value, fail
 
-    def __matmul__(self, other: "FakeTensor") -> "FakeTensor":
+    def __matmul__(self, other: FakeTensor) -> FakeTensor:
         if self.fail:
             raise RuntimeError(self.fail)
         return FakeTensor(self.n, self.value * other.value * self.n, None)
 
-    def sum(self) -> "FakeTensor":
+    def sum(self) -> FakeTensor:
         return FakeTensor(1, self.value * self.n * self.n, None)
 
     def item(self) -> float:
         return self.value
 
 
-def fake_torch(devices=(), *, cuda="12.6", hip=None, available=None, warning=None,
-               init_error=None, smoke_error=None, arch_list=WHEEL_ARCHS, bad_fork=False,
-               mps=False, free_fraction=0.97) -> types.ModuleType:
+def fake_torch(
+    devices=(),
+    *,
+    cuda="12.6",
+    hip=None,
+    available=None,
+    warning=None,
+    init_error=None,
+    smoke_error=None,
+    arch_list=WHEEL_ARCHS,
+    bad_fork=False,
+    mps=False,
+    free_fraction=0.97,
+) -> types.ModuleType:
     """A stand-in for torch with exactly the attributes the health check uses."""
     devices = [SimpleNamespace(**d) for d in devices]
     available = bool(devices) if available is None else available
@@ -52,6 +78,7 @@ def fake_torch(devices=(), *, cuda="12.6", hip=None, available=None, warning=Non
     def is_available():
         if warning:
             import warnings
+
             warnings.warn(warning, UserWarning)
         return available
 
@@ -65,10 +92,16 @@ def fake_torch(devices=(), *, cuda="12.6", hip=None, available=None, warning=Non
     torch.__version__ = f"2.13.0+cu{cuda.replace('.', '')}" if cuda else "2.13.0+cpu"
     torch.version = SimpleNamespace(cuda=cuda, hip=hip)
     torch.cuda = SimpleNamespace(
-        is_available=is_available, init=init, device_count=lambda: len(devices),
+        is_available=is_available,
+        init=init,
+        device_count=lambda: len(devices),
         get_device_properties=lambda i: devices[i],
-        mem_get_info=lambda i=0: (int(devices[i].total_memory * free_fraction), devices[i].total_memory),
-        get_arch_list=lambda: list(arch_list), _is_in_bad_fork=lambda: bad_fork,
+        mem_get_info=lambda i=0: (
+            int(devices[i].total_memory * free_fraction),
+            devices[i].total_memory,
+        ),
+        get_arch_list=lambda: list(arch_list),
+        _is_in_bad_fork=lambda: bad_fork,
         get_total_memory=None,  # never called: it does not exist in real torch
     )
     torch.backends = SimpleNamespace(mps=SimpleNamespace(is_available=lambda: mps))
@@ -80,8 +113,12 @@ def fake_torch(devices=(), *, cuda="12.6", hip=None, available=None, warning=Non
 def fake_pynvml(devices=(), *, init_error=None, driver="550.54.15", cuda_driver=12040):
     """A stand-in for pynvml: NVML errors are classes named like nvidia-ml-py's."""
     nvml = types.ModuleType("pynvml")
-    for name in ("NVMLError_LibraryNotFound", "NVMLError_LibRmVersionMismatch",
-                 "NVMLError_DriverNotLoaded", "NVMLError_NoPermission"):
+    for name in (
+        "NVMLError_LibraryNotFound",
+        "NVMLError_LibRmVersionMismatch",
+        "NVMLError_DriverNotLoaded",
+        "NVMLError_NoPermission",
+    ):
         setattr(nvml, name, type(name, (Exception,), {}))
 
     def init():
@@ -96,20 +133,31 @@ def fake_pynvml(devices=(), *, init_error=None, driver="550.54.15", cuda_driver=
     nvml.nvmlDeviceGetHandleByIndex = lambda i: i
     nvml.nvmlDeviceGetName = lambda h: devices[h]["name"].encode()
     nvml.nvmlDeviceGetMemoryInfo = lambda h: SimpleNamespace(
-        total=int(devices[h]["total_memory"] * 1.01), free=devices[h]["total_memory"],
-        used=int(devices[h]["total_memory"] * 0.01))
+        total=int(devices[h]["total_memory"] * 1.01),
+        free=devices[h]["total_memory"],
+        used=int(devices[h]["total_memory"] * 0.01),
+    )
     return nvml
 
 
 @pytest.fixture
 def machine(monkeypatch):
     """Install a fake torch/pynvml and platform; returns a function that runs the check."""
-    def run(torch=None, nvml=None, platform=LOCAL, model="7B", no_torch=False, no_nvml=False,
-            smoke_test=True):
+
+    def run(
+        torch=None,
+        nvml=None,
+        platform=LOCAL,
+        model="7B",
+        no_torch=False,
+        no_nvml=False,
+        smoke_test=True,
+    ):
         monkeypatch.setitem(sys.modules, "torch", None if no_torch else torch)
         monkeypatch.setitem(sys.modules, "pynvml", None if no_nvml else nvml)
         monkeypatch.setattr(health, "detect_platform", lambda: platform)
         return check_gpu_health(model, smoke_test=smoke_test)
+
     return run
 
 
@@ -156,8 +204,9 @@ def test_cpu_only_wheel_without_gpu_is_no_gpu_with_next_steps(machine):
 
 
 def test_no_gpu_on_colab_says_how_to_switch_the_runtime(machine):
-    report = machine(fake_torch(cuda="12.6"), fake_pynvml(init_error="NVMLError_LibraryNotFound"),
-                     platform=COLAB)
+    report = machine(
+        fake_torch(cuda="12.6"), fake_pynvml(init_error="NVMLError_LibraryNotFound"), platform=COLAB
+    )
     assert report.status == "no_gpu"
     assert "Change runtime type" in report.problems[0].hint
 
@@ -172,10 +221,13 @@ def test_cpu_only_wheel_on_a_gpu_machine_is_an_error_naming_the_gpu(machine):
 
 
 def test_driver_too_old(machine):
-    warning = ("CUDA initialization: The NVIDIA driver on your system is too old "
-               "(found version 11040).")
-    report = machine(fake_torch(cuda="12.8", available=False, warning=warning,
-                                init_error=warning), fake_pynvml([T4], cuda_driver=11040))
+    warning = (
+        "CUDA initialization: The NVIDIA driver on your system is too old (found version 11040)."
+    )
+    report = machine(
+        fake_torch(cuda="12.8", available=False, warning=warning, init_error=warning),
+        fake_pynvml([T4], cuda_driver=11040),
+    )
     assert report.status == "error" and "driver_too_old" in report.codes()
     problem = next(p for p in report.problems if p.code == "driver_too_old")
     assert "12.8" in problem.hint and "found version 11040" in problem.message
@@ -186,8 +238,9 @@ def test_driver_too_old(machine):
 
 def test_cuda_unknown_error(machine):
     text = "CUDA unknown error - this may be due to an incorrectly set up environment"
-    report = machine(fake_torch(cuda="12.6", available=False, warning=text, init_error=text),
-                     fake_pynvml([A100]))
+    report = machine(
+        fake_torch(cuda="12.6", available=False, warning=text, init_error=text), fake_pynvml([A100])
+    )
     assert report.status == "error" and "cuda_unknown_error" in report.codes()
     assert "CUDA_VISIBLE_DEVICES" in report.problems[0].hint
 
@@ -240,13 +293,23 @@ def test_mixed_gpus_and_memory_in_use_are_warnings(machine):
 
 
 def test_rocm_device(machine):
-    mi300 = dict(name="AMD Instinct MI300X", total_memory=int(191.5 * GiB), major=9, minor=4,
-                 multi_processor_count=304, gcnArchName="gfx942:sramecc+:xnack-")
-    report = machine(fake_torch([mi300], cuda=None, hip="6.4", arch_list=["gfx90a", "gfx942"]),
-                     fake_pynvml(init_error="NVMLError_LibraryNotFound"))
+    mi300 = dict(
+        name="AMD Instinct MI300X",
+        total_memory=int(191.5 * GiB),
+        major=9,
+        minor=4,
+        multi_processor_count=304,
+        gcnArchName="gfx942:sramecc+:xnack-",
+    )
+    report = machine(
+        fake_torch([mi300], cuda=None, hip="6.4", arch_list=["gfx90a", "gfx942"]),
+        fake_pynvml(init_error="NVMLError_LibraryNotFound"),
+    )
     assert report.backend == "rocm" and report.status == "ok", report.problems
     d = report.devices[0]
-    assert d.arch == "gfx942" and d.kernels_in_wheel and d.native_bf16 and d.catalog_name == "MI300X"
+    assert (
+        d.arch == "gfx942" and d.kernels_in_wheel and d.native_bf16 and d.catalog_name == "MI300X"
+    )
 
 
 def test_torch_that_fails_to_import(machine, monkeypatch):
@@ -256,6 +319,7 @@ def test_torch_that_fails_to_import(machine, monkeypatch):
         return real_import(name, *args, **kwargs)
 
     import builtins
+
     real_import = builtins.__import__
     monkeypatch.setattr(builtins, "__import__", broken_import)
     report = machine(fake_torch([T4]), fake_pynvml([T4]))
@@ -295,25 +359,39 @@ def test_outputs_are_complete(machine):
 
 
 # ----- pieces -------------------------------------------------------------------------------
-@pytest.mark.parametrize("arch,archs,expected", [
-    ("sm_75", ["sm_75", "sm_80"], True), ("sm_60", ["sm_75", "sm_80"], False),
-    ("sm_86", ["sm_80"], True), ("sm_90", ["sm_80", "compute_80"], True),
-    ("sm_90", ["sm_80", "sm_86"], False), ("gfx942", ["gfx90a", "gfx942"], True),
-    ("sm_75", [], None),
-])
+@pytest.mark.parametrize(
+    "arch,archs,expected",
+    [
+        ("sm_75", ["sm_75", "sm_80"], True),
+        ("sm_60", ["sm_75", "sm_80"], False),
+        ("sm_86", ["sm_80"], True),
+        ("sm_90", ["sm_80", "compute_80"], True),
+        ("sm_90", ["sm_80", "sm_86"], False),
+        ("gfx942", ["gfx90a", "gfx942"], True),
+        ("sm_75", [], None),
+    ],
+)
 def test_kernels_in_wheel(arch, archs, expected):
     assert _kernels_in_wheel(arch, archs) is expected
 
 
-@pytest.mark.parametrize("environ,modules,paths,key", [
-    ({}, ["google.colab"], [], "colab"),
-    ({"COLAB_RELEASE_TAG": "release-colab_20261101-060000_RC00"}, [], ["/content"], "colab"),
-    ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, [], ["/kaggle/working"], "kaggle"),
-    ({"SM_CURRENT_HOST": "algo-1"}, [], ["/opt/ml/input/config/resourceconfig.json"], "sagemaker"),
-    ({}, [], ["/opt/ml/metadata/resource-metadata.json"], "sagemaker"),
-    ({"AZUREML_RUN_ID": "x"}, [], [], "azure-ml"),
-    ({"HOME": "/home/me"}, ["numpy"], [], "local"),
-])
+@pytest.mark.parametrize(
+    "environ,modules,paths,key",
+    [
+        ({}, ["google.colab"], [], "colab"),
+        ({"COLAB_RELEASE_TAG": "release-colab_20261101-060000_RC00"}, [], ["/content"], "colab"),
+        ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, [], ["/kaggle/working"], "kaggle"),
+        (
+            {"SM_CURRENT_HOST": "algo-1"},
+            [],
+            ["/opt/ml/input/config/resourceconfig.json"],
+            "sagemaker",
+        ),
+        ({}, [], ["/opt/ml/metadata/resource-metadata.json"], "sagemaker"),
+        ({"AZUREML_RUN_ID": "x"}, [], [], "azure-ml"),
+        ({"HOME": "/home/me"}, ["numpy"], [], "local"),
+    ],
+)
 def test_platform_detection(environ, modules, paths, key):
     platform = detect_platform(environ, modules, exists=lambda p: p in paths)
     assert platform.key == key
@@ -328,8 +406,11 @@ def test_the_guides_nonexistent_api_and_emulated_bf16_are_never_called():
     import lessonkit.health.probes as probes
 
     for module in (probes, health):
-        attributes = {node.attr for node in ast.walk(ast.parse(inspect.getsource(module)))
-                      if isinstance(node, ast.Attribute)}
+        attributes = {
+            node.attr
+            for node in ast.walk(ast.parse(inspect.getsource(module)))
+            if isinstance(node, ast.Attribute)
+        }
         assert not attributes & {"get_total_memory", "total_mem", "is_bf16_supported"}
 
 
@@ -398,10 +479,23 @@ def test_the_last_resort_survives_a_model_that_cannot_be_printed(machine, monkey
     assert str(report) and report.to_json() and report._repr_html_()
 
 
-@pytest.mark.parametrize("model", [
-    Unprintable(), None, float("nan"), -7, 1e30, [], {}, {"model_type": "llama"}, b"7B", object(),
-    "", "x" * 10_000,
-])
+@pytest.mark.parametrize(
+    "model",
+    [
+        Unprintable(),
+        None,
+        float("nan"),
+        -7,
+        1e30,
+        [],
+        {},
+        {"model_type": "llama"},
+        b"7B",
+        object(),
+        "",
+        "x" * 10_000,
+    ],
+)
 @pytest.mark.parametrize("smoke_test", [True, False, "yes"])
 def test_never_raises_for_hostile_arguments(machine, model, smoke_test):
     report = machine(fake_torch([T4]), fake_pynvml([T4]), model=model, smoke_test=smoke_test)
@@ -421,20 +515,24 @@ def test_never_raises_when_a_probe_error_cannot_be_printed(machine):
 
 
 # ----- a driver that is there but broken ------------------------------------------------------
-BROKEN_DRIVER = {"NVMLError_LibRmVersionMismatch": ("nvml_mismatch", "Reboot"),
-                 "NVMLError_DriverNotLoaded": ("driver_not_loaded", "modprobe nvidia"),
-                 "NVMLError_NoPermission": ("nvml_no_permission", "/dev/nvidia")}
+BROKEN_DRIVER = {
+    "NVMLError_LibRmVersionMismatch": ("nvml_mismatch", "Reboot"),
+    "NVMLError_DriverNotLoaded": ("driver_not_loaded", "modprobe nvidia"),
+    "NVMLError_NoPermission": ("nvml_no_permission", "/dev/nvidia"),
+}
 
 
 @pytest.mark.parametrize("kind", list(BROKEN_DRIVER))
 @pytest.mark.parametrize("torch_build", ["cpu", "cuda", "none"])
 def test_a_broken_driver_is_named_with_its_fix_not_called_missing(machine, kind, torch_build):
-    torch = {"cpu": fake_torch(cuda=None),
-             "cuda": fake_torch(cuda="12.6", available=False,
-                                warning="Found no NVIDIA driver on your system."),
-             "none": None}[torch_build]
-    report = machine(torch, fake_pynvml(init_error=kind), platform=COLAB,
-                     no_torch=torch is None)
+    torch = {
+        "cpu": fake_torch(cuda=None),
+        "cuda": fake_torch(
+            cuda="12.6", available=False, warning="Found no NVIDIA driver on your system."
+        ),
+        "none": None,
+    }[torch_build]
+    report = machine(torch, fake_pynvml(init_error=kind), platform=COLAB, no_torch=torch is None)
     code, fix = BROKEN_DRIVER[kind]
     problem = next(p for p in report.problems if p.code == code)
     assert problem.severity == "error" and fix in problem.hint

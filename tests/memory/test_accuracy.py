@@ -16,32 +16,98 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-import lessonkit  # noqa: E402
-from lessonkit.models.spec import ModelSpec  # noqa: E402
+import lessonkit
+from lessonkit.models.spec import ModelSpec
 
 SPECS = {
-    "llama": ModelSpec(name="tiny-llama", family="llama", n_layers=2, hidden_size=256, n_heads=4,
-                       n_kv_heads=4, intermediate_size=688, vocab_size=4096),
-    "qwen": ModelSpec(name="tiny-qwen2", family="qwen2", n_layers=2, hidden_size=256, n_heads=8,
-                      n_kv_heads=2, intermediate_size=704, vocab_size=4096, attention_bias="qkv"),
-    "gpt2": ModelSpec(name="tiny-gpt2", family="gpt2", n_layers=2, hidden_size=256, n_heads=4,
-                      n_kv_heads=4, intermediate_size=1024, vocab_size=4096, tie_embeddings=True,
-                      gated_mlp=False, norm="layernorm", attention_bias="all", mlp_bias=True,
-                      max_positions=1024, hidden_act="gelu_new"),
-    "llama4": ModelSpec(name="small-llama-4L", family="llama", n_layers=4, hidden_size=384,
-                        n_heads=6, n_kv_heads=2, intermediate_size=1024, vocab_size=8192),
+    "llama": ModelSpec(
+        name="tiny-llama",
+        family="llama",
+        n_layers=2,
+        hidden_size=256,
+        n_heads=4,
+        n_kv_heads=4,
+        intermediate_size=688,
+        vocab_size=4096,
+    ),
+    "qwen": ModelSpec(
+        name="tiny-qwen2",
+        family="qwen2",
+        n_layers=2,
+        hidden_size=256,
+        n_heads=8,
+        n_kv_heads=2,
+        intermediate_size=704,
+        vocab_size=4096,
+        attention_bias="qkv",
+    ),
+    "gpt2": ModelSpec(
+        name="tiny-gpt2",
+        family="gpt2",
+        n_layers=2,
+        hidden_size=256,
+        n_heads=4,
+        n_kv_heads=4,
+        intermediate_size=1024,
+        vocab_size=4096,
+        tie_embeddings=True,
+        gated_mlp=False,
+        norm="layernorm",
+        attention_bias="all",
+        mlp_bias=True,
+        max_positions=1024,
+        hidden_act="gelu_new",
+    ),
+    "llama4": ModelSpec(
+        name="small-llama-4L",
+        family="llama",
+        n_layers=4,
+        hidden_size=384,
+        n_heads=6,
+        n_kv_heads=2,
+        intermediate_size=1024,
+        vocab_size=8192,
+    ),
     # layers outweigh the embeddings, as in real models: under ZeRO-3 the layer-by-layer
     # gathers and reductions decide the peak, and with checkpointing the moment inside the
     # first layer's backward (every other layer's gradients made, its activations recomputed)
-    "wide": ModelSpec(name="wide-llama-4L", family="llama", n_layers=4, hidden_size=512,
-                      n_heads=8, n_kv_heads=8, intermediate_size=1408, vocab_size=1000),
-    "one": ModelSpec(name="one-layer-llama", family="llama", n_layers=1, hidden_size=512,
-                     n_heads=8, n_kv_heads=8, intermediate_size=1408, vocab_size=1000),
-    "wgpt2": ModelSpec(name="wide-gpt2-4L", family="gpt2", n_layers=4, hidden_size=512,
-                       n_heads=8, n_kv_heads=8, intermediate_size=2048, vocab_size=1000,
-                       tie_embeddings=True, gated_mlp=False, norm="layernorm",
-                       attention_bias="all", mlp_bias=True, max_positions=1024,
-                       hidden_act="gelu_new"),
+    "wide": ModelSpec(
+        name="wide-llama-4L",
+        family="llama",
+        n_layers=4,
+        hidden_size=512,
+        n_heads=8,
+        n_kv_heads=8,
+        intermediate_size=1408,
+        vocab_size=1000,
+    ),
+    "one": ModelSpec(
+        name="one-layer-llama",
+        family="llama",
+        n_layers=1,
+        hidden_size=512,
+        n_heads=8,
+        n_kv_heads=8,
+        intermediate_size=1408,
+        vocab_size=1000,
+    ),
+    "wgpt2": ModelSpec(
+        name="wide-gpt2-4L",
+        family="gpt2",
+        n_layers=4,
+        hidden_size=512,
+        n_heads=8,
+        n_kv_heads=8,
+        intermediate_size=2048,
+        vocab_size=1000,
+        tie_embeddings=True,
+        gated_mlp=False,
+        norm="layernorm",
+        attention_bias="all",
+        mlp_bias=True,
+        max_positions=1024,
+        hidden_act="gelu_new",
+    ),
 }
 
 # (family, settings): every method, precision and optimizer, several batch sizes and lengths,
@@ -69,27 +135,58 @@ GRID = [
     ("llama", dict(batch_size=4, seq_len=256, method="lora", lora_targets="all-linear")),
     ("llama", dict(batch_size=1, seq_len=512, method="lora", lora_dtype="bf16", precision="bf16")),
     ("llama", dict(batch_size=4, seq_len=256, method="qlora")),
-    ("llama", dict(batch_size=4, seq_len=256, method="qlora", precision="bf16",
-                   gradient_checkpointing=True)),
+    (
+        "llama",
+        dict(
+            batch_size=4, seq_len=256, method="qlora", precision="bf16", gradient_checkpointing=True
+        ),
+    ),
     ("llama", dict(batch_size=4, seq_len=256, gradient_accumulation=2)),
     ("llama", dict(batch_size=16, seq_len=128, precision="fp32", optimizer="sgd")),
-    ("llama", dict(batch_size=4, seq_len=256, attention="eager", precision="bf16",
-                   gradient_checkpointing=True)),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            attention="eager",
+            precision="bf16",
+            gradient_checkpointing=True,
+        ),
+    ),
     ("llama", dict(batch_size=2, seq_len=128, n_gpus=2)),
     ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=1)),
     ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=2)),
     ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=3)),
     ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=2, method="lora")),
-    ("llama", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=3, method="lora",
-                   gradient_checkpointing=True)),
+    (
+        "llama",
+        dict(
+            batch_size=2,
+            seq_len=128,
+            n_gpus=2,
+            zero_stage=3,
+            method="lora",
+            gradient_checkpointing=True,
+        ),
+    ),
     ("qwen", dict(batch_size=4, seq_len=256)),
     ("qwen", dict(batch_size=4, seq_len=128, attention="eager")),
-    ("qwen", dict(batch_size=2, seq_len=256, precision="fp16-mixed", method="lora",
-                  lora_targets="all-linear")),
+    (
+        "qwen",
+        dict(
+            batch_size=2,
+            seq_len=256,
+            precision="fp16-mixed",
+            method="lora",
+            lora_targets="all-linear",
+        ),
+    ),
     ("qwen", dict(batch_size=8, seq_len=128, precision="bf16", gradient_checkpointing=True)),
     ("qwen", dict(batch_size=8, seq_len=128, method="lora", gradient_checkpointing=True)),
-    ("qwen", dict(batch_size=4, seq_len=256, method="qlora", double_quant=False,
-                  optimizer="adamw-8bit")),
+    (
+        "qwen",
+        dict(batch_size=4, seq_len=256, method="qlora", double_quant=False, optimizer="adamw-8bit"),
+    ),
     ("qwen", dict(batch_size=2, seq_len=128, n_gpus=8, zero_stage=3, precision="bf16")),
     ("qwen", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=2, offload_optimizer=True)),
     ("gpt2", dict(batch_size=2, seq_len=64)),
@@ -103,16 +200,30 @@ GRID = [
     ("gpt2", dict(batch_size=2, seq_len=512, precision="bf16-master", optimizer="adamw-fused")),
     ("gpt2", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=1, optimizer="adafactor")),
     ("llama4", dict(batch_size=4, seq_len=256)),
-    ("llama4", dict(batch_size=2, seq_len=512, method="lora", lora_targets="all-linear",
-                    gradient_checkpointing=True)),
+    (
+        "llama4",
+        dict(
+            batch_size=2,
+            seq_len=512,
+            method="lora",
+            lora_targets="all-linear",
+            gradient_checkpointing=True,
+        ),
+    ),
     # ZeRO-3 with a "-mixed" precision: FSDP's mixed precision (layers gathered in 16 bits)
-    ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=3, precision="fp16-mixed",
-                   method="lora")),
+    (
+        "llama",
+        dict(
+            batch_size=2, seq_len=128, n_gpus=4, zero_stage=3, precision="fp16-mixed", method="lora"
+        ),
+    ),
     ("qwen", dict(batch_size=4, seq_len=256, n_gpus=2, zero_stage=3)),
     ("gpt2", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=3)),
     ("gpt2", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=3, method="lora")),
-    ("llama4", dict(batch_size=2, seq_len=256, n_gpus=4, zero_stage=3,
-                    gradient_checkpointing=True)),
+    (
+        "llama4",
+        dict(batch_size=2, seq_len=256, n_gpus=4, zero_stage=3, gradient_checkpointing=True),
+    ),
     ("wide", dict(batch_size=1, seq_len=64, n_gpus=4, zero_stage=3)),
     ("wide", dict(batch_size=1, seq_len=128, n_gpus=3, zero_stage=3)),
     ("wide", dict(batch_size=2, seq_len=256, n_gpus=2, zero_stage=3, optimizer="adamw-fused")),
@@ -128,70 +239,238 @@ GRID = [
     ("wide", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, precision="bf16")),
     ("wide", dict(batch_size=4, seq_len=512, gradient_checkpointing=True)),
     ("wide", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, method="lora")),
-    ("wide", dict(batch_size=4, seq_len=512, n_gpus=2, zero_stage=3,
-                  gradient_checkpointing=True)),
-    ("wide", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, method="lora",
-                  lora_targets="all-linear", precision="bf16")),
-    ("wide", dict(batch_size=2, seq_len=512, gradient_checkpointing=True, method="qlora",
-                  lora_targets="all-linear")),
+    ("wide", dict(batch_size=4, seq_len=512, n_gpus=2, zero_stage=3, gradient_checkpointing=True)),
+    (
+        "wide",
+        dict(
+            batch_size=4,
+            seq_len=512,
+            gradient_checkpointing=True,
+            method="lora",
+            lora_targets="all-linear",
+            precision="bf16",
+        ),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=2,
+            seq_len=512,
+            gradient_checkpointing=True,
+            method="qlora",
+            lora_targets="all-linear",
+        ),
+    ),
     ("wgpt2", dict(batch_size=4, seq_len=512, gradient_checkpointing=True)),
     ("wgpt2", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, method="lora")),
     # peft's lora_dropout (recipes use 0.05-0.1): a dropped-out copy of each adapted input
     # and its mask
     ("llama", dict(batch_size=4, seq_len=256, method="lora", lora_dropout=0.1)),
-    ("llama", dict(batch_size=4, seq_len=256, method="lora", precision="bf16",
-                   lora_targets="all-linear", lora_dropout=0.1)),
-    ("qwen", dict(batch_size=2, seq_len=256, precision="fp16-mixed", method="lora",
-                  lora_targets="all-linear", lora_dropout=0.05)),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="lora",
+            precision="bf16",
+            lora_targets="all-linear",
+            lora_dropout=0.1,
+        ),
+    ),
+    (
+        "qwen",
+        dict(
+            batch_size=2,
+            seq_len=256,
+            precision="fp16-mixed",
+            method="lora",
+            lora_targets="all-linear",
+            lora_dropout=0.05,
+        ),
+    ),
     ("gpt2", dict(batch_size=4, seq_len=128, method="lora", lora_dropout=0.1)),
-    ("wide", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, method="lora",
-                  lora_targets="all-linear", precision="bf16", lora_dropout=0.1)),
-    ("wide", dict(batch_size=2, seq_len=512, gradient_checkpointing=True, method="qlora",
-                  lora_targets="all-linear", lora_dropout=0.1)),
+    (
+        "wide",
+        dict(
+            batch_size=4,
+            seq_len=512,
+            gradient_checkpointing=True,
+            method="lora",
+            lora_targets="all-linear",
+            precision="bf16",
+            lora_dropout=0.1,
+        ),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=2,
+            seq_len=512,
+            gradient_checkpointing=True,
+            method="qlora",
+            lora_targets="all-linear",
+            lora_dropout=0.1,
+        ),
+    ),
     # bitsandbytes before 0.43.2: each 4-bit layer kept its input (past checkpointing too)
     ("llama", dict(batch_size=4, seq_len=256, method="qlora", bitsandbytes="before-0.43.2")),
-    ("llama", dict(batch_size=4, seq_len=256, method="qlora", precision="bf16",
-                   gradient_checkpointing=True, bitsandbytes="before-0.43.2")),
-    ("gpt2", dict(batch_size=4, seq_len=128, method="qlora", lora_targets="all-linear",
-                  bitsandbytes="before-0.43.2")),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="qlora",
+            precision="bf16",
+            gradient_checkpointing=True,
+            bitsandbytes="before-0.43.2",
+        ),
+    ),
+    (
+        "gpt2",
+        dict(
+            batch_size=4,
+            seq_len=128,
+            method="qlora",
+            lora_targets="all-linear",
+            bitsandbytes="before-0.43.2",
+        ),
+    ),
     # activation offloading (save_on_cpu) with checkpointing: the saved layer inputs go to the
     # host; the peak at the loss, inside a recomputed layer, or at the optimizer step
-    ("llama", dict(batch_size=4, seq_len=256, gradient_checkpointing=True,
-                   activation_offload=True)),
-    ("llama", dict(batch_size=4, seq_len=256, method="lora", gradient_checkpointing=True,
-                   activation_offload=True)),
-    ("llama", dict(batch_size=4, seq_len=256, method="qlora", gradient_checkpointing=True,
-                   activation_offload=True)),
-    ("qwen", dict(batch_size=8, seq_len=128, precision="fp32", gradient_checkpointing=True,
-                  activation_offload=True)),
-    ("gpt2", dict(batch_size=4, seq_len=256, gradient_checkpointing=True,
-                  activation_offload=True)),
-    ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=2,
-                   gradient_checkpointing=True, activation_offload=True)),
-    ("wide", dict(batch_size=4, seq_len=512, precision="bf16", gradient_checkpointing=True,
-                  activation_offload=True)),
-    ("wide", dict(batch_size=4, seq_len=512, method="lora", lora_targets="all-linear",
-                  gradient_checkpointing=True, activation_offload=True)),
-    ("wgpt2", dict(batch_size=4, seq_len=512, method="lora", gradient_checkpointing=True,
-                   activation_offload=True)),
+    (
+        "llama",
+        dict(batch_size=4, seq_len=256, gradient_checkpointing=True, activation_offload=True),
+    ),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="lora",
+            gradient_checkpointing=True,
+            activation_offload=True,
+        ),
+    ),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="qlora",
+            gradient_checkpointing=True,
+            activation_offload=True,
+        ),
+    ),
+    (
+        "qwen",
+        dict(
+            batch_size=8,
+            seq_len=128,
+            precision="fp32",
+            gradient_checkpointing=True,
+            activation_offload=True,
+        ),
+    ),
+    ("gpt2", dict(batch_size=4, seq_len=256, gradient_checkpointing=True, activation_offload=True)),
+    (
+        "llama",
+        dict(
+            batch_size=2,
+            seq_len=128,
+            n_gpus=4,
+            zero_stage=2,
+            gradient_checkpointing=True,
+            activation_offload=True,
+        ),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=4,
+            seq_len=512,
+            precision="bf16",
+            gradient_checkpointing=True,
+            activation_offload=True,
+        ),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=4,
+            seq_len=512,
+            method="lora",
+            lora_targets="all-linear",
+            gradient_checkpointing=True,
+            activation_offload=True,
+        ),
+    ),
+    (
+        "wgpt2",
+        dict(
+            batch_size=4,
+            seq_len=512,
+            method="lora",
+            gradient_checkpointing=True,
+            activation_offload=True,
+        ),
+    ),
     # the optimizer step in backward (one optimizer per parameter, stepped by a hook that
     # then frees the gradient): no gradient kept, one tensor's step temporaries at a time
     ("llama", dict(batch_size=4, seq_len=256, optimizer_in_backward=True)),
     ("llama", dict(batch_size=4, seq_len=256, method="lora", optimizer_in_backward=True)),
     ("wide", dict(batch_size=1, seq_len=128, optimizer_in_backward=True)),
-    ("wide", dict(batch_size=1, seq_len=128, precision="bf16", optimizer="adamw-forloop",
-                  optimizer_in_backward=True)),
-    ("wide", dict(batch_size=1, seq_len=64, precision="fp32", optimizer="adafactor",
-                  optimizer_in_backward=True)),
-    ("wide", dict(batch_size=2, seq_len=256, precision="bf16", gradient_checkpointing=True,
-                  optimizer_in_backward=True)),
-    ("wide", dict(batch_size=1, seq_len=128, precision="bf16-master",
-                  optimizer_in_backward=True)),
-    ("wide", dict(batch_size=1, seq_len=128, method="qlora", lora_targets="all-linear",
-                  optimizer_in_backward=True)),
+    (
+        "wide",
+        dict(
+            batch_size=1,
+            seq_len=128,
+            precision="bf16",
+            optimizer="adamw-forloop",
+            optimizer_in_backward=True,
+        ),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=1,
+            seq_len=64,
+            precision="fp32",
+            optimizer="adafactor",
+            optimizer_in_backward=True,
+        ),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=2,
+            seq_len=256,
+            precision="bf16",
+            gradient_checkpointing=True,
+            optimizer_in_backward=True,
+        ),
+    ),
+    ("wide", dict(batch_size=1, seq_len=128, precision="bf16-master", optimizer_in_backward=True)),
+    (
+        "wide",
+        dict(
+            batch_size=1,
+            seq_len=128,
+            method="qlora",
+            lora_targets="all-linear",
+            optimizer_in_backward=True,
+        ),
+    ),
     ("gpt2", dict(batch_size=2, seq_len=128, precision="fp32", optimizer_in_backward=True)),
-    ("wgpt2", dict(batch_size=1, seq_len=128, precision="bf16", optimizer="lion",
-                   optimizer_in_backward=True)),
+    (
+        "wgpt2",
+        dict(
+            batch_size=1,
+            seq_len=128,
+            precision="bf16",
+            optimizer="lion",
+            optimizer_in_backward=True,
+        ),
+    ),
     ("qwen", dict(batch_size=2, seq_len=64, optimizer="adamw-8bit", optimizer_in_backward=True)),
     # chunked cross-entropy (torchtune's CEWithChunkedOutputLoss): one chunk's fp32 logits at
     # a time; with autocast a frozen lm_head is cast, and saved, once per chunk
@@ -200,32 +479,104 @@ GRID = [
     ("llama", dict(batch_size=4, seq_len=256, method="qlora", loss="chunked")),
     ("llama", dict(batch_size=4, seq_len=256, precision="fp32", loss="chunked")),
     ("llama", dict(batch_size=4, seq_len=250, loss="chunked", loss_chunks=3)),
-    ("llama", dict(batch_size=8, seq_len=512, precision="bf16", loss="chunked",
-                   loss_chunks=16, gradient_checkpointing=True)),
-    ("qwen", dict(batch_size=4, seq_len=256, precision="bf16", gradient_checkpointing=True,
-                  loss="chunked")),
+    (
+        "llama",
+        dict(
+            batch_size=8,
+            seq_len=512,
+            precision="bf16",
+            loss="chunked",
+            loss_chunks=16,
+            gradient_checkpointing=True,
+        ),
+    ),
+    (
+        "qwen",
+        dict(
+            batch_size=4, seq_len=256, precision="bf16", gradient_checkpointing=True, loss="chunked"
+        ),
+    ),
     ("gpt2", dict(batch_size=4, seq_len=256, loss="chunked")),
     ("llama", dict(batch_size=4, seq_len=256, loss="chunked", optimizer_in_backward=True)),
     ("llama", dict(batch_size=4, seq_len=256, loss="chunked", gradient_accumulation=2)),
     # FSDP with no_sync (the Trainer's way under FSDP): full, unsharded gradients accumulated
     # on each GPU until the last micro-batch reduces them
-    ("wide", dict(batch_size=2, seq_len=256, n_gpus=2, zero_stage=3, gradient_accumulation=2,
-                  no_sync=True)),
-    ("wide", dict(batch_size=2, seq_len=256, n_gpus=2, zero_stage=3, gradient_accumulation=2,
-                  precision="bf16", no_sync=True)),
-    ("wide", dict(batch_size=2, seq_len=256, n_gpus=4, zero_stage=3, gradient_accumulation=3,
-                  method="lora", no_sync=True)),
-    ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=3, gradient_accumulation=2,
-                   no_sync=True)),
-    ("wide", dict(batch_size=1, seq_len=128, n_gpus=4, zero_stage=3, gradient_accumulation=2,
-                  gradient_checkpointing=True, no_sync=True)),
+    (
+        "wide",
+        dict(
+            batch_size=2, seq_len=256, n_gpus=2, zero_stage=3, gradient_accumulation=2, no_sync=True
+        ),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=2,
+            seq_len=256,
+            n_gpus=2,
+            zero_stage=3,
+            gradient_accumulation=2,
+            precision="bf16",
+            no_sync=True,
+        ),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=2,
+            seq_len=256,
+            n_gpus=4,
+            zero_stage=3,
+            gradient_accumulation=3,
+            method="lora",
+            no_sync=True,
+        ),
+    ),
+    (
+        "llama",
+        dict(
+            batch_size=2, seq_len=128, n_gpus=4, zero_stage=3, gradient_accumulation=2, no_sync=True
+        ),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=1,
+            seq_len=128,
+            n_gpus=4,
+            zero_stage=3,
+            gradient_accumulation=2,
+            gradient_checkpointing=True,
+            no_sync=True,
+        ),
+    ),
     ("llama", dict(batch_size=2, seq_len=128, n_gpus=2, gradient_accumulation=2, no_sync=True)),
     # bf16 adapters under FSDP's mixed precision: the kept gradients are fp32 (reduce dtype)
-    ("wide", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=3, gradient_accumulation=2,
-                  method="lora", lora_dtype="bf16", no_sync=True)),
+    (
+        "wide",
+        dict(
+            batch_size=2,
+            seq_len=128,
+            n_gpus=2,
+            zero_stage=3,
+            gradient_accumulation=2,
+            method="lora",
+            lora_dtype="bf16",
+            no_sync=True,
+        ),
+    ),
     # one layer: the forward of the last micro-batch, beside the full gradients, is the peak
-    ("one", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=3, gradient_accumulation=2,
-                 gradient_checkpointing=True, no_sync=True)),
+    (
+        "one",
+        dict(
+            batch_size=2,
+            seq_len=128,
+            n_gpus=2,
+            zero_stage=3,
+            gradient_accumulation=2,
+            gradient_checkpointing=True,
+            no_sync=True,
+        ),
+    ),
 ]
 
 
@@ -262,17 +613,29 @@ def test_grid_covers_what_it_claims() -> None:
     assert {kw.get("gradient_checkpointing", False) for _, kw in GRID} == {True, False}
     assert len({kw.get("batch_size") for _, kw in GRID}) >= 4
     assert len({kw.get("seq_len") for _, kw in GRID}) >= 4
-    sharded_mixed = [(f, kw) for f, kw in GRID if kw.get("zero_stage") == 3
-                     and kw.get("precision", "bf16-mixed").endswith("-mixed")]
+    sharded_mixed = [
+        (f, kw)
+        for f, kw in GRID
+        if kw.get("zero_stage") == 3 and kw.get("precision", "bf16-mixed").endswith("-mixed")
+    ]
     assert {kw.get("precision", "bf16-mixed") for _, kw in sharded_mixed} == {
-        "bf16-mixed", "fp16-mixed"}
+        "bf16-mixed",
+        "fp16-mixed",
+    }
     assert {kw.get("method", "full") for _, kw in sharded_mixed} == {"full", "lora"}
     assert {SPECS[f].family for f, _ in sharded_mixed} >= {"llama", "qwen2", "gpt2"}
-    assert any(SPECS[f].family == "gpt2" and kw.get("method") == "lora"
-               and "lora_targets" not in kw for f, kw in GRID)
+    assert any(
+        SPECS[f].family == "gpt2" and kw.get("method") == "lora" and "lora_targets" not in kw
+        for f, kw in GRID
+    )
     # checkpointing where activations outweigh the logits, for every method and ZeRO-3
-    wide_ckpt = [kw for f, kw in GRID if SPECS[f].vocab_size <= 1000
-                 and kw.get("gradient_checkpointing") and kw["batch_size"] * kw["seq_len"] >= 1024]
+    wide_ckpt = [
+        kw
+        for f, kw in GRID
+        if SPECS[f].vocab_size <= 1000
+        and kw.get("gradient_checkpointing")
+        and kw["batch_size"] * kw["seq_len"] >= 1024
+    ]
     assert {kw.get("method", "full") for kw in wide_ckpt} == set(METHODS)
     assert any(kw.get("zero_stage") == 3 for kw in wide_ckpt)
     assert {SPECS[f].family for f, kw in GRID if kw in wide_ckpt} >= {"llama", "gpt2"}
@@ -317,7 +680,8 @@ def test_tensor_peak_within_5_percent(results, case) -> None:
     assert abs(error) <= 0.05, (
         f"estimate {estimated.tensor_bytes:,} vs measured {measured.tensor_bytes:,} "
         f"({error:+.2%}); phases: estimated {estimated.phase_peaks}, "
-        f"measured {measured.phase_peaks}")
+        f"measured {measured.phase_peaks}"
+    )
 
 
 @pytest.mark.parametrize("case", [c for c in GRID if c[1].get("activation_offload")], ids=_id)
@@ -339,24 +703,50 @@ def test_median_error_within_2_percent(results) -> None:
 # ----- 7B/8B shapes -----------------------------------------------------------------------
 LARGE = [
     ("llama-2-7b", dict(batch_size=1, seq_len=512)),
-    ("llama-3.1-8b", dict(batch_size=1, seq_len=1024, method="qlora",
-                          gradient_checkpointing=True)),
+    ("llama-3.1-8b", dict(batch_size=1, seq_len=1024, method="qlora", gradient_checkpointing=True)),
     ("llama-2-7b", dict(batch_size=2, seq_len=512, method="lora", precision="bf16")),
-    ("llama-2-7b", dict(batch_size=1, seq_len=1024, n_gpus=8, zero_stage=3,
-                        optimizer="adamw-fused")),
+    (
+        "llama-2-7b",
+        dict(batch_size=1, seq_len=1024, n_gpus=8, zero_stage=3, optimizer="adamw-fused"),
+    ),
     # checkpointing on real shapes
-    ("llama-2-7b", dict(batch_size=4, seq_len=512, method="qlora", precision="bf16",
-                        gradient_checkpointing=True)),
-    ("llama-2-7b", dict(batch_size=4, seq_len=1024, method="lora", precision="bf16",
-                        gradient_checkpointing=True)),
+    (
+        "llama-2-7b",
+        dict(
+            batch_size=4, seq_len=512, method="qlora", precision="bf16", gradient_checkpointing=True
+        ),
+    ),
+    (
+        "llama-2-7b",
+        dict(
+            batch_size=4, seq_len=1024, method="lora", precision="bf16", gradient_checkpointing=True
+        ),
+    ),
     ("qwen2.5-0.5b", dict(batch_size=8, seq_len=2048, gradient_checkpointing=True)),
     # the memory savers on a 128k vocabulary, where the logits weigh most
-    ("llama-3.1-8b", dict(batch_size=2, seq_len=2048, method="lora", precision="bf16",
-                          gradient_checkpointing=True, activation_offload=True)),
-    ("llama-3.1-8b", dict(batch_size=1, seq_len=512, precision="bf16",
-                          optimizer_in_backward=True)),
-    ("llama-3.1-8b", dict(batch_size=4, seq_len=1024, method="qlora", precision="bf16",
-                          gradient_checkpointing=True, loss="chunked")),
+    (
+        "llama-3.1-8b",
+        dict(
+            batch_size=2,
+            seq_len=2048,
+            method="lora",
+            precision="bf16",
+            gradient_checkpointing=True,
+            activation_offload=True,
+        ),
+    ),
+    ("llama-3.1-8b", dict(batch_size=1, seq_len=512, precision="bf16", optimizer_in_backward=True)),
+    (
+        "llama-3.1-8b",
+        dict(
+            batch_size=4,
+            seq_len=1024,
+            method="qlora",
+            precision="bf16",
+            gradient_checkpointing=True,
+            loss="chunked",
+        ),
+    ),
 ]
 
 

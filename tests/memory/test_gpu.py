@@ -7,7 +7,6 @@ Without a GPU every test here is skipped with the reason (tests/conftest.py).
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,8 +24,11 @@ def test_health_check_agrees_with_torch_and_nvml() -> None:
     assert {"name", "total memory (bytes)", "compute capability", "native bf16"} <= checked
     if gpu_check._nvml() is not None:
         assert {"name (NVML)", "total memory (NVML, bytes)", "driver version"} <= checked
-    wrong = [f"{r['check']}: lessonkit {r['lessonkit']!r}, {r['source']} {r['reference']!r}"
-             for r in rows if not r["ok"]]
+    wrong = [
+        f"{r['check']}: lessonkit {r['lessonkit']!r}, {r['source']} {r['reference']!r}"
+        for r in rows
+        if not r["ok"]
+    ]
     assert not wrong, "; ".join(wrong)
 
 
@@ -47,11 +49,13 @@ def test_measured_step_matches_the_estimate(config) -> None:
     # rounding and library workspaces).
     gap = measured["allocated"] - measured["tracked"]
     assert -0.01 * measured["allocated"] <= gap <= 0.05 * measured["allocated"] + 256 * 2**20, (
-        f"tracked {measured['tracked'] / 1e9:.3f} GB, allocated {measured['allocated'] / 1e9:.3f} GB")
+        f"tracked {measured['tracked'] / 1e9:.3f} GB, allocated {measured['allocated'] / 1e9:.3f} GB"
+    )
     for key in gpu_check.READINGS:
         assert abs(row["margins"][key]) <= gpu_check.TOLERANCE[key], (
             f"{key}: estimate {row['estimate'][key] / 1e9:.3f} GB, measured "
-            f"{measured[key] / 1e9:.3f} GB ({100 * row['margins'][key]:+.1f}%)")
+            f"{measured[key] / 1e9:.3f} GB ({100 * row['margins'][key]:+.1f}%)"
+        )
 
 
 @pytest.mark.notebooks

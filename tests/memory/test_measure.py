@@ -9,22 +9,56 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from lessonkit.errors import LessonkitError  # noqa: E402
-from lessonkit.memory.measuring import measure, real_bitsandbytes, run_step, validate  # noqa: E402
-from lessonkit.models.spec import ModelSpec  # noqa: E402
+from lessonkit.errors import LessonkitError
+from lessonkit.memory.measuring import measure, real_bitsandbytes, run_step, validate
+from lessonkit.models.spec import ModelSpec
 
-TINY = ModelSpec(name="tiny-llama", family="llama", n_layers=2, hidden_size=128, n_heads=4,
-                 n_kv_heads=2, intermediate_size=352, vocab_size=1000)
-TINY_GPT2 = ModelSpec(name="tiny-gpt2", family="gpt2", n_layers=2, hidden_size=64, n_heads=4,
-                      n_kv_heads=4, intermediate_size=256, vocab_size=500, tie_embeddings=True,
-                      gated_mlp=False, norm="layernorm", attention_bias="all", mlp_bias=True,
-                      max_positions=128, hidden_act="gelu_new")
+TINY = ModelSpec(
+    name="tiny-llama",
+    family="llama",
+    n_layers=2,
+    hidden_size=128,
+    n_heads=4,
+    n_kv_heads=2,
+    intermediate_size=352,
+    vocab_size=1000,
+)
+TINY_GPT2 = ModelSpec(
+    name="tiny-gpt2",
+    family="gpt2",
+    n_layers=2,
+    hidden_size=64,
+    n_heads=4,
+    n_kv_heads=4,
+    intermediate_size=256,
+    vocab_size=500,
+    tie_embeddings=True,
+    gated_mlp=False,
+    norm="layernorm",
+    attention_bias="all",
+    mlp_bias=True,
+    max_positions=128,
+    hidden_act="gelu_new",
+)
 SHORT = dict(seq_len=64)
-DEFAULTS = dict(method="full", precision="bf16-mixed", optimizer="adamw", batch_size=1,
-                seq_len=64, gradient_checkpointing=False, lora_rank=8,
-                lora_targets=("q_proj", "v_proj"), n_gpus=1, zero_stage=0, attention="sdpa",
-                offload_optimizer=False, double_quant=True, lora_dtype="fp32",
-                gradient_accumulation=1, device="cpu")
+DEFAULTS = dict(
+    method="full",
+    precision="bf16-mixed",
+    optimizer="adamw",
+    batch_size=1,
+    seq_len=64,
+    gradient_checkpointing=False,
+    lora_rank=8,
+    lora_targets=("q_proj", "v_proj"),
+    n_gpus=1,
+    zero_stage=0,
+    attention="sdpa",
+    offload_optimizer=False,
+    double_quant=True,
+    lora_dtype="fp32",
+    gradient_accumulation=1,
+    device="cpu",
+)
 
 
 def tensor_numels(spec: ModelSpec) -> list[int]:
@@ -39,15 +73,18 @@ def measured(report):
 
 
 # ----- exact bytes ---------------------------------------------------------------------------
-@pytest.mark.parametrize("precision, optimizer, weight_b, grad_b, state_b", [
-    ("fp32", "adamw", 4, 4, 8),
-    ("bf16", "adamw", 2, 2, 4),
-    ("bf16-mixed", "adamw-fused", 4, 4, 8),
-    ("bf16-master", "adamw", 2, 2, 12),
-    ("bf16-mixed", "sgd", 4, 4, 0),
-    ("bf16-mixed", "sgd-momentum", 4, 4, 4),
-    ("fp32", "lion", 4, 4, 4),
-])
+@pytest.mark.parametrize(
+    "precision, optimizer, weight_b, grad_b, state_b",
+    [
+        ("fp32", "adamw", 4, 4, 8),
+        ("bf16", "adamw", 2, 2, 4),
+        ("bf16-mixed", "adamw-fused", 4, 4, 8),
+        ("bf16-master", "adamw", 2, 2, 12),
+        ("bf16-mixed", "sgd", 4, 4, 0),
+        ("bf16-mixed", "sgd-momentum", 4, 4, 4),
+        ("fp32", "lion", 4, 4, 4),
+    ],
+)
 def test_full_finetuning_bytes_are_exact(precision, optimizer, weight_b, grad_b, state_b):
     n = TINY.n_params
     assert sum(tensor_numels(TINY)) == n
@@ -117,8 +154,9 @@ def test_qlora_weights_use_the_nf4_layout(double_quant):
     lora = TINY.lora_params(16, ("q_proj", "v_proj"))
     m, mf = measured(r), measured(full)
     weights = m["parameter_bytes"] + m["buffer_bytes"]
-    assert weights - mf["buffer_bytes"] == ((TINY.n_params - quantized) * 2 + lora * 4
-                                            + nf4 * TINY.n_layers)
+    assert weights - mf["buffer_bytes"] == (
+        (TINY.n_params - quantized) * 2 + lora * 4 + nf4 * TINY.n_layers
+    )
     assert r.breakdown["weights"] == weights
     assert r.total_bytes < full.total_bytes
     if real_bitsandbytes():
@@ -128,13 +166,17 @@ def test_qlora_weights_use_the_nf4_layout(double_quant):
 
 
 # ----- the fake run is the real run ------------------------------------------------------------
-@pytest.mark.parametrize("changes", [
-    dict(),
-    dict(method="qlora", precision="bf16", gradient_checkpointing=True, batch_size=2),
-    dict(precision="bf16-master", optimizer="adamw-forloop", gradient_accumulation=2),
-    dict(precision="bf16", n_gpus=4, zero_stage=3),
-    dict(n_gpus=4, zero_stage=3),
-], ids=["full-mixed", "qlora-ckpt", "master-accum", "zero3", "zero3-mixed"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(),
+        dict(method="qlora", precision="bf16", gradient_checkpointing=True, batch_size=2),
+        dict(precision="bf16-master", optimizer="adamw-forloop", gradient_accumulation=2),
+        dict(precision="bf16", n_gpus=4, zero_stage=3),
+        dict(n_gpus=4, zero_stage=3),
+    ],
+    ids=["full-mixed", "qlora-ckpt", "master-accum", "zero3", "zero3-mixed"],
+)
 def test_fake_measurement_equals_a_real_cpu_run(changes):
     settings = validate(TINY, **(DEFAULTS | changes))
     fake, _ = run_step(TINY, settings, fake=True)
@@ -166,8 +208,10 @@ def test_checkpointing_eager_attention_and_batch_size_change_activations():
 
 
 def test_foreach_adamw_needs_more_at_the_step_than_forloop_and_fused():
-    peaks = {opt: measure(TINY, precision="bf16", optimizer=opt, **SHORT).phase_peaks["optimizer"]
-             for opt in ("adamw", "adamw-forloop", "adamw-fused")}
+    peaks = {
+        opt: measure(TINY, precision="bf16", optimizer=opt, **SHORT).phase_peaks["optimizer"]
+        for opt in ("adamw", "adamw-forloop", "adamw-fused")
+    }
     assert peaks["adamw"] > peaks["adamw-forloop"] > peaks["adamw-fused"]
 
 
@@ -188,24 +232,34 @@ def test_zero3_over_four_gpus_shards_exactly_by_four():
     assert any("ZeRO-3" in a for a in r.assumptions)
 
 
-@pytest.mark.parametrize("spec, kw", [
-    (TINY, dict()),
-    (TINY_GPT2, dict(method="lora", lora_dtype="bf16")),
-], ids=["llama-full", "gpt2-lora"])
+@pytest.mark.parametrize(
+    "spec, kw",
+    [
+        (TINY, dict()),
+        (TINY_GPT2, dict(method="lora", lora_dtype="bf16")),
+    ],
+    ids=["llama-full", "gpt2-lora"],
+)
 def test_zero3_mixed_gathers_in_16_bits_without_autocast(spec, kw):
     """FSDP's mixed precision: fp32 shards, layers gathered in bf16, the model computing as in
     pure bf16; so the forward holds exactly what pure bf16 ZeRO-3 holds beyond its own
     weights and states."""
+
     def forward_extra(report):
         m = measured(report)
-        return (report.phase_peaks["forward"] - m["parameter_bytes"] - m["buffer_bytes"]
-                - m["optimizer_bytes"])
+        return (
+            report.phase_peaks["forward"]
+            - m["parameter_bytes"]
+            - m["buffer_bytes"]
+            - m["optimizer_bytes"]
+        )
 
     mixed = measure(spec, n_gpus=4, zero_stage=3, **SHORT, **kw)
     pure = measure(spec, n_gpus=4, zero_stage=3, precision="bf16", **SHORT, **kw)
     assert forward_extra(mixed) == forward_extra(pure)
-    assert any("MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)" in a
-               for a in mixed.assumptions)
+    assert any(
+        "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)" in a for a in mixed.assumptions
+    )
     if kw.get("method") is None:
         one = measured(measure(spec, **SHORT))  # fp32 weights under autocast, one GPU
         for key in ("parameter_bytes", "gradient_bytes", "optimizer_bytes"):
@@ -230,18 +284,21 @@ def test_zero_stages_shard_what_they_should():
 
 
 # ----- bad input ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(precision="bf17"), "Did you mean 'bf16'"),
-    (dict(optimizer="adamm"), "Allowed:"),
-    (dict(method="qlor"), "qlora"),
-    (dict(batch_size=0), "batch_size"),
-    (dict(seq_len=2.5), "seq_len"),
-    (dict(zero_stage=4), "zero_stage"),
-    (dict(offload_optimizer=True), "needs ZeRO"),
-    (dict(method="lora", lora_targets=("q_prj",)), "LoRA target"),
-    (dict(device="tpu"), "device"),
-    (dict(gradient_checkpointing="yes"), "True or False"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(precision="bf17"), "Did you mean 'bf16'"),
+        (dict(optimizer="adamm"), "Allowed:"),
+        (dict(method="qlor"), "qlora"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(seq_len=2.5), "seq_len"),
+        (dict(zero_stage=4), "zero_stage"),
+        (dict(offload_optimizer=True), "needs ZeRO"),
+        (dict(method="lora", lora_targets=("q_prj",)), "LoRA target"),
+        (dict(device="tpu"), "device"),
+        (dict(gradient_checkpointing="yes"), "True or False"),
+    ],
+)
 def test_bad_input_is_explained(kwargs, message):
     with pytest.raises(LessonkitError, match=message):
         measure(TINY, **kwargs)
@@ -250,13 +307,25 @@ def test_bad_input_is_explained(kwargs, message):
 def test_estimate_and_measure_refuse_the_same_input_in_the_same_words():
     from lessonkit.memory.estimating import estimate
 
-    bad = [dict(precision="bf17"), dict(batch_size=0), dict(batch_size=5000),
-           dict(seq_len=129), dict(zero_stage=4), dict(zero_stage=True), dict(n_gpus=0),
-           dict(offload_optimizer=True), dict(method="lora", lora_targets="c_attn"),
-           dict(method="lora", lora_targets=("q_proj", "v_proj")),
-           dict(method="lora", lora_rank=65), dict(method="qlora", precision="fp32"),
-           dict(method="qlora", n_gpus=2, zero_stage=3), dict(lora_dtype="int4"),
-           dict(device="tpu"), dict(double_quant=1), dict(gradient_accumulation=0)]
+    bad = [
+        dict(precision="bf17"),
+        dict(batch_size=0),
+        dict(batch_size=5000),
+        dict(seq_len=129),
+        dict(zero_stage=4),
+        dict(zero_stage=True),
+        dict(n_gpus=0),
+        dict(offload_optimizer=True),
+        dict(method="lora", lora_targets="c_attn"),
+        dict(method="lora", lora_targets=("q_proj", "v_proj")),
+        dict(method="lora", lora_rank=65),
+        dict(method="qlora", precision="fp32"),
+        dict(method="qlora", n_gpus=2, zero_stage=3),
+        dict(lora_dtype="int4"),
+        dict(device="tpu"),
+        dict(double_quant=1),
+        dict(gradient_accumulation=0),
+    ]
     for kwargs in bad:
         with pytest.raises(LessonkitError) as from_measure:
             measure(TINY_GPT2, **kwargs)
@@ -266,13 +335,14 @@ def test_estimate_and_measure_refuse_the_same_input_in_the_same_words():
 
 
 def test_measure_adds_only_what_it_cannot_run():
-    from lessonkit.memory.settings import MAX_ACCUMULATION
     from lessonkit.memory.estimating import estimate
+    from lessonkit.memory.settings import MAX_ACCUMULATION
 
-    for kwargs, message in [(dict(gradient_accumulation=65), "measure runs every micro-batch"),
-                            (dict(gradient_accumulation=65),
-                             f"estimate\\(\\) takes up to {MAX_ACCUMULATION:,}\\."),
-                            (dict(method="qlora", n_gpus=2, zero_stage=2), "cannot shard")]:
+    for kwargs, message in [
+        (dict(gradient_accumulation=65), "measure runs every micro-batch"),
+        (dict(gradient_accumulation=65), f"estimate\\(\\) takes up to {MAX_ACCUMULATION:,}\\."),
+        (dict(method="qlora", n_gpus=2, zero_stage=2), "cannot shard"),
+    ]:
         estimate(TINY, **kwargs)  # accepted there
         with pytest.raises(LessonkitError, match=message):
             measure(TINY, **kwargs)
@@ -297,9 +367,18 @@ def test_bad_model_and_sequence_length():
 
 
 def test_a_model_without_sdpa_is_measured_with_eager_attention_and_says_so():
-    gemma2 = ModelSpec(name="tiny-gemma2", family="gemma2", n_layers=1, hidden_size=64,
-                       n_heads=4, n_kv_heads=2, intermediate_size=128, vocab_size=500,
-                       tie_embeddings=True, hidden_act="gelu_pytorch_tanh")
+    gemma2 = ModelSpec(
+        name="tiny-gemma2",
+        family="gemma2",
+        n_layers=1,
+        hidden_size=64,
+        n_heads=4,
+        n_kv_heads=2,
+        intermediate_size=128,
+        vocab_size=500,
+        tie_embeddings=True,
+        hidden_act="gelu_pytorch_tanh",
+    )
     r = measure(gemma2, precision="bf16", **SHORT)
     assert measured(r)["attention_implementation"] == "eager"
     assert any("eager attention only" in a for a in r.assumptions)
@@ -339,8 +418,10 @@ def test_cpu_only_figures_say_so():
     assert measured(gpt2)["cpu_only"] is True
     assert any(a.startswith("CPU-only figure: GPT-2's dropout") for a in gpt2.assumptions)
     kw = dict(precision="fp32", **SHORT)
-    assert (estimate(TINY_GPT2, device="cuda", **kw).tensor_bytes
-            < estimate(TINY_GPT2, device="cpu", **kw).tensor_bytes)
+    assert (
+        estimate(TINY_GPT2, device="cuda", **kw).tensor_bytes
+        < estimate(TINY_GPT2, device="cpu", **kw).tensor_bytes
+    )
     plain = measure(TINY, **SHORT)
     assert measured(plain)["cpu_only"] is False
     assert not any("CPU-only" in a for a in plain.assumptions)

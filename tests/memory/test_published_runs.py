@@ -91,7 +91,6 @@ def test_the_old_bitsandbytes_rows_need_its_behaviour() -> None:
         assert error(row, bitsandbytes="current") < -0.15
 
 
-
 def test_old_bitsandbytes_inputs_live_as_long_as_the_previous_output() -> None:
     """Why LitGPT's 2024 QLoRA rows carry a micro-batch over (their 'explained'): bitsandbytes
     before 0.43.2 kept a 4-bit layer's input as a ctx attribute, which backward does not free,
@@ -154,7 +153,7 @@ def test_fsdp1_lora_accumulation_keeps_every_weights_gradient_unsharded() -> Non
             self.lora_A = nn.Parameter(torch.randn(4, 64))
             self.lora_B = nn.Parameter(torch.zeros(64, 4))
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.linear(x) + x @ self.lora_A.t() @ self.lora_B.t()
 
     layer_numel, trainable_numel = 64 * 64 + 2 * 4 * 64, 2 * 4 * 64
@@ -162,9 +161,12 @@ def test_fsdp1_lora_accumulation_keeps_every_weights_gradient_unsharded() -> Non
         # without use_orig_params FSDP1 refuses the mix, so the runs that were published had it
         with pytest.raises(ValueError, match="uniform `requires_grad`"):
             FSDP(LoRALayer(), use_orig_params=False, device_id=torch.device("cpu"))
-        model = FSDP(nn.Sequential(LoRALayer(), LoRALayer()), use_orig_params=True,
-                     auto_wrap_policy=ModuleWrapPolicy({LoRALayer}),
-                     device_id=torch.device("cpu"))
+        model = FSDP(
+            nn.Sequential(LoRALayer(), LoRALayer()),
+            use_orig_params=True,
+            auto_wrap_policy=ModuleWrapPolicy({LoRALayer}),
+            device_id=torch.device("cpu"),
+        )
         units = [m for m in FSDP.fsdp_modules(model) if isinstance(m.module, LoRALayer)]
         assert len(units) == 2
 
@@ -185,8 +187,10 @@ def test_fsdp1_lora_accumulation_keeps_every_weights_gradient_unsharded() -> Non
 
 OWN_ESTIMATE = re.compile(r"[Ff]rom the estimate's (\d+\.\d\d) GB")
 OTHER_ESTIMATE = re.compile(r"published (\d+\.\d\d), estimated (\d+\.\d\d)")
-SCALED_ESTIMATE = re.compile(r"(\d+)B on (\d+) GPUs reproduces at [\d.-]+ GB[^(]*\(the estimate: "
-                             r"(\d+\.\d\d)\)")
+SCALED_ESTIMATE = re.compile(
+    r"(\d+)B on (\d+) GPUs reproduces at [\d.-]+ GB[^(]*\(the estimate: "
+    r"(\d+\.\d\d)\)"
+)
 SUM = re.compile(r"(\d+\.\d\d(?: [+-] \d+\.\d\d)+) = (\d+\.\d\d)\b")
 PRODUCT = re.compile(r"(\d+\.\d\d) GB = ([\d ,x+()]+(?:(?:tokens|bytes|layers)\b[\d ,x+()]*)+)")
 
@@ -198,14 +202,20 @@ def quoted_estimates() -> list[tuple[str, float, float]]:
         text = row.get("explained", "")
         quotes += [(row["label"], float(q), estimated_gb(row)) for q in OWN_ESTIMATE.findall(text)]
         for published, quoted in OTHER_ESTIMATE.findall(text):
-            named = [r for r in ROWS if r["source"] == row["source"]
-                     and f"{r['published_gb']:.2f}" == published]
+            named = [
+                r
+                for r in ROWS
+                if r["source"] == row["source"] and f"{r['published_gb']:.2f}" == published
+            ]
             assert len(named) == 1, (row["label"], published)
             quotes.append((row["label"], float(quoted), estimated_gb(named[0])))
     for key, source in DATA["sources"].items():
         for size, gpus, quoted in SCALED_ESTIMATE.findall(source["differences"]):
-            named = [r for r in ROWS if r["source"] == key
-                     and r["settings"]["model"] == f"llama-2-{size}b"]
+            named = [
+                r
+                for r in ROWS
+                if r["source"] == key and r["settings"]["model"] == f"llama-2-{size}b"
+            ]
             assert named, (key, size)
             quotes.append((key, float(quoted), estimated_gb(named[0], n_gpus=int(gpus))))
     return quotes
@@ -214,8 +224,11 @@ def quoted_estimates() -> list[tuple[str, float, float]]:
 def test_every_estimate_quoted_in_an_explanation_is_todays() -> None:
     quotes = quoted_estimates()
     assert len(quotes) >= 11  # 4 FSDP rows, 3 QLoRA rows and their 3 LoRA rows, 13B on 2 GPUs
-    wrong = [(where, quoted, round(today, 2)) for where, quoted, today in quotes
-             if quoted != round(today, 2)]
+    wrong = [
+        (where, quoted, round(today, 2))
+        for where, quoted, today in quotes
+        if quoted != round(today, 2)
+    ]
     assert not wrong, wrong
 
 
@@ -227,8 +240,9 @@ def test_the_arithmetic_in_the_explanations_adds_up() -> None:
     assert len(sums) >= 6 and len(products) >= 3
     for terms, total in sums:
         parts = terms.split(" ")
-        value = float(parts[0]) + sum(float(n) * (1 if sign == "+" else -1)
-                                      for sign, n in zip(parts[1::2], parts[2::2]))
+        value = float(parts[0]) + sum(
+            float(n) * (1 if sign == "+" else -1) for sign, n in zip(parts[1::2], parts[2::2])
+        )
         assert round(value, 2) == float(total), (terms, total)
     for total, formula in products:
         formula = formula.rstrip(", ")

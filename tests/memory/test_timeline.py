@@ -13,8 +13,13 @@ from lessonkit.memory.cuda_snapshot import BEFORE, timeline_from_snapshot
 from lessonkit.memory.timeline import Timeline, keep_extremes
 from lessonkit.units import GiB
 
-MEASURED = [dict(), dict(gradient_checkpointing=True), dict(method="lora", precision="bf16"),
-            dict(gradient_accumulation=2), dict(method="qlora", precision="bf16")]
+MEASURED = [
+    dict(),
+    dict(gradient_checkpointing=True),
+    dict(method="lora", precision="bf16"),
+    dict(gradient_accumulation=2),
+    dict(method="qlora", precision="bf16"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -24,11 +29,30 @@ def measured():
     spec = lk.resolve_model("gpt2")
     out = []
     for kw in MEASURED:
-        settings = validate(spec, **{**dict(
-            method="full", precision="bf16-mixed", optimizer="adamw", batch_size=1, seq_len=128,
-            gradient_checkpointing=False, lora_rank=8, lora_targets=("c_attn",), n_gpus=1,
-            zero_stage=0, attention="sdpa", offload_optimizer=False, double_quant=True,
-            lora_dtype="fp32", gradient_accumulation=1, device="cpu"), **kw})
+        settings = validate(
+            spec,
+            **{
+                **dict(
+                    method="full",
+                    precision="bf16-mixed",
+                    optimizer="adamw",
+                    batch_size=1,
+                    seq_len=128,
+                    gradient_checkpointing=False,
+                    lora_rank=8,
+                    lora_targets=("c_attn",),
+                    n_gpus=1,
+                    zero_stage=0,
+                    attention="sdpa",
+                    offload_optimizer=False,
+                    double_quant=True,
+                    lora_dtype="fp32",
+                    gradient_accumulation=1,
+                    device="cpu",
+                ),
+                **kw,
+            },
+        )
         out.append((kw, *run_step(spec, settings, fake=True)))
     return out
 
@@ -40,8 +64,9 @@ def test_measured_peak_is_the_reports_peak_with_the_same_parts(measured):
         assert timeline.peak_bytes == report.tensor_bytes == report.total_bytes, kw
         assert timeline.peak_phase == report.peak_phase, kw
         at_peak = timeline.at(timeline.peak_index)
-        assert {k: v for k, v in at_peak.items() if v} == \
-            {k: v for k, v in report.breakdown.items() if v}, kw
+        assert {k: v for k, v in at_peak.items() if v} == {
+            k: v for k, v in report.breakdown.items() if v
+        }, kw
         for phase, level in report.phase_peaks.items():  # each phase's own highest moment
             assert max(t for t, p in zip(timeline.totals, timeline.phases) if p == phase) == level
 
@@ -69,16 +94,28 @@ def test_thinning_keeps_the_shape_and_the_exact_peak():
     assert keep[0] == 0 and keep[-1] == len(totals) - 1
 
 
-GRID = list(itertools.product(
-    ["gpt2", "llama-2-7b", "qwen2.5-0.5b"], ["full", "lora", "qlora"], [False, True],
-    [(1, 128), (8, 1024)], ["adamw", "adamw-fused"]))
+GRID = list(
+    itertools.product(
+        ["gpt2", "llama-2-7b", "qwen2.5-0.5b"],
+        ["full", "lora", "qlora"],
+        [False, True],
+        [(1, 128), (8, 1024)],
+        ["adamw", "adamw-fused"],
+    )
+)
 
 
 @pytest.mark.parametrize("model,method,ckpt,shape,optimizer", GRID)
 def test_estimated_peak_is_the_reports_peak(model, method, ckpt, shape, optimizer):
-    report = lk.estimate(model, method=method, precision="bf16-mixed" if method == "full" else
-                         "bf16", gradient_checkpointing=ckpt, batch_size=shape[0],
-                         seq_len=shape[1], optimizer=optimizer)
+    report = lk.estimate(
+        model,
+        method=method,
+        precision="bf16-mixed" if method == "full" else "bf16",
+        gradient_checkpointing=ckpt,
+        batch_size=shape[0],
+        seq_len=shape[1],
+        optimizer=optimizer,
+    )
     timeline = report.timeline
     assert timeline.peak_bytes == report.tensor_bytes
     assert timeline.peak_phase == report.peak_phase
@@ -109,7 +146,9 @@ def test_checkpointing_turns_the_backward_into_a_saw_tooth():
 
     assert _local_maxima(backward(ckpt)) >= layers  # one tooth per recomputed layer
     # without checkpointing the backward starts high (all saved activations) and falls
-    assert backward(plain)[1] > backward(plain)[-1] + (backward(plain)[1] - min(backward(plain))) * 0.9
+    assert (
+        backward(plain)[1] > backward(plain)[-1] + (backward(plain)[1] - min(backward(plain))) * 0.9
+    )
     assert max(backward(ckpt)) < max(backward(plain))
     assert ckpt.labels and "layer" in ckpt.labels[len(ckpt) // 2]
 
@@ -127,10 +166,12 @@ def frames(*pairs):
 
 
 FORWARD = frames(("/x/transformers/models/llama/modeling_llama.py", "forward"))
-BACKWARD = frames(("/x/torch/autograd/graph.py", "_engine_run_backward"),
-                  ("/x/torch/_tensor.py", "backward"))
-OPTIM = frames(("/x/torch/optim/adamw.py", "_multi_tensor_adamw"),
-               ("/x/torch/optim/optimizer.py", "step"))
+BACKWARD = frames(
+    ("/x/torch/autograd/graph.py", "_engine_run_backward"), ("/x/torch/_tensor.py", "backward")
+)
+OPTIM = frames(
+    ("/x/torch/optim/adamw.py", "_multi_tensor_adamw"), ("/x/torch/optim/optimizer.py", "step")
+)
 
 
 def snapshot():
@@ -151,15 +192,28 @@ def snapshot():
         {"action": "free_completed", "addr": 1400, "size": 60, "stream": 0, "frames": OPTIM},
         {"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "frames": []},
     ]
-    blocks = [{"address": 0, "size": 400, "requested_size": 400, "state": "active_allocated"},
-              {"address": 400, "size": 200, "requested_size": 200, "state": "active_allocated"},
-              {"address": 1200, "size": 30, "requested_size": 30, "state": "active_allocated"},
-              {"address": 1500, "size": 20, "requested_size": 20, "state": "active_allocated"},
-              {"address": 1600, "size": 500, "requested_size": 0, "state": "inactive"}]
-    return {"segments": [{"device": 0, "address": 0, "total_size": 4096, "stream": 0,
-                          "segment_type": "large", "allocated_size": 650, "active_size": 650,
-                          "blocks": blocks}],
-            "device_traces": [trace]}
+    blocks = [
+        {"address": 0, "size": 400, "requested_size": 400, "state": "active_allocated"},
+        {"address": 400, "size": 200, "requested_size": 200, "state": "active_allocated"},
+        {"address": 1200, "size": 30, "requested_size": 30, "state": "active_allocated"},
+        {"address": 1500, "size": 20, "requested_size": 20, "state": "active_allocated"},
+        {"address": 1600, "size": 500, "requested_size": 0, "state": "inactive"},
+    ]
+    return {
+        "segments": [
+            {
+                "device": 0,
+                "address": 0,
+                "total_size": 4096,
+                "stream": 0,
+                "segment_type": "large",
+                "allocated_size": 650,
+                "active_size": 650,
+                "blocks": blocks,
+            }
+        ],
+        "device_traces": [trace],
+    }
 
 
 def test_snapshot_reader_follows_the_trace():
@@ -191,8 +245,9 @@ def test_snapshot_of_a_real_cuda_step():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
-                                torch.nn.Linear(4096, 1024)).cuda()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)
+    ).cuda()
     optimizer = torch.optim.AdamW(model.parameters())
     x = torch.randn(64, 1024, device="cuda")
     model(x).square().mean().backward()
@@ -223,13 +278,22 @@ def ax():
 
 
 def test_chart_stacks_the_categories_to_the_total_and_marks_the_peak(ax):
-    report = lk.estimate("llama-2-7b", method="lora", precision="bf16", batch_size=4,
-                         seq_len=1024, gradient_checkpointing=True)
+    report = lk.estimate(
+        "llama-2-7b",
+        method="lora",
+        precision="bf16",
+        batch_size=4,
+        seq_len=1024,
+        gradient_checkpointing=True,
+    )
     chart = charts.memory_timeline(report, ax, gpu=lk.get_gpu("RTX 4090"))
     t = report.timeline
     assert [c.get_facecolor()[0][:3] for c in chart.stacks] == [
-        pytest.approx(tuple(int(palette.CATEGORY_COLORS[c][i:i + 2], 16) / 255 for i in (1, 3, 5)))
-        for c in t.categories]
+        pytest.approx(
+            tuple(int(palette.CATEGORY_COLORS[c][i : i + 2], 16) / 255 for i in (1, 3, 5))
+        )
+        for c in t.categories
+    ]
     top = max(v[1] for v in chart.stacks[-1].get_paths()[0].vertices)
     assert top == pytest.approx(t.peak_bytes / GiB)
     assert chart.peak_line.get_xdata()[0] == t.peak_index

@@ -13,10 +13,10 @@ import pytest
 
 import lessonkit
 from lessonkit import LessonkitError, estimate
-from lessonkit.models.spec import get_preset
-from lessonkit.memory.report import CATEGORIES
-from lessonkit.units import GB, GiB
 from lessonkit.memory.estimating import cuda_constants
+from lessonkit.memory.report import CATEGORIES
+from lessonkit.models.spec import get_preset
+from lessonkit.units import GB, GiB
 
 BASE = [
     dict(model="llama-2-7b"),
@@ -59,11 +59,20 @@ def test_checkpointed_backward_peaks_in_the_first_layer_when_gradients_outgrow_i
     layer's gradients made; with LoRA (tiny gradients) it is inside the last layer's."""
     from lessonkit.models.spec import ModelSpec
 
-    wide = ModelSpec(name="wide", family="llama", n_layers=4, hidden_size=512, n_heads=8,
-                     n_kv_heads=8, intermediate_size=1408, vocab_size=1000)
+    wide = ModelSpec(
+        name="wide",
+        family="llama",
+        n_layers=4,
+        hidden_size=512,
+        n_heads=8,
+        n_kv_heads=8,
+        intermediate_size=1408,
+        vocab_size=1000,
+    )
     layer = 2 * sum(math.prod(t.shape) for t in wide.parameter_tensors().layer)
-    kw = dict(batch_size=4, seq_len=512, gradient_checkpointing=True, precision="bf16",
-              device="cpu")
+    kw = dict(
+        batch_size=4, seq_len=512, gradient_checkpointing=True, precision="bf16", device="cpu"
+    )
     full = estimate(wide, **kw)
     assert full.peak_phase == "backward"
     assert full.breakdown["gradients"] > (wide.n_layers - 1) * layer
@@ -74,11 +83,15 @@ def test_checkpointed_backward_peaks_in_the_first_layer_when_gradients_outgrow_i
 
 
 def test_qlora_below_lora_below_full() -> None:
-    totals = [_est("llama-2-7b", method=m, batch_size=2, seq_len=1024).total_bytes
-              for m in ("qlora", "lora", "full")]
+    totals = [
+        _est("llama-2-7b", method=m, batch_size=2, seq_len=1024).total_bytes
+        for m in ("qlora", "lora", "full")
+    ]
     assert totals[0] < totals[1] < totals[2]
-    weights = [_est("llama-2-7b", method=m).settings["estimated"]["weight_bytes"]
-               for m in ("qlora", "lora")]
+    weights = [
+        _est("llama-2-7b", method=m).settings["estimated"]["weight_bytes"]
+        for m in ("qlora", "lora")
+    ]
     assert weights[0] < weights[1] / 5  # 4-bit linears versus fp32 weights
 
 
@@ -150,7 +163,7 @@ def test_guide_case_7b_full_16bit() -> None:
     rotary_buffers = 2 * 4 * (r.model.head_dim // 2)
     assert e["weight_bytes"] + e["gradient_bytes"] + e["optimizer_bytes"] - rotary_buffers == 16 * n
     assert 108 * GB < r.total_bytes < 160 * GB
-    assert 120 * GB <= r.total_bytes  # within the guide's range, for the reason above
+    assert r.total_bytes >= 120 * GB  # within the guide's range, for the reason above
     assert not r.fits(80 * GB)
     assert not _est("7B", optimizer="adamw-fused").fits(80 * GB)
     assert r.peak_phase == "optimizer"
@@ -167,7 +180,8 @@ def test_report_shape_and_phases() -> None:
     const = cuda_constants()
     assert r.breakdown["cuda_context"] == const["cuda_context_bytes"]
     assert r.breakdown["allocator_margin"] == int(
-        r.tensor_bytes * (const["allocator_margin_ratio"] - 1))
+        r.tensor_bytes * (const["allocator_margin_ratio"] - 1)
+    )
     assert const["source"] and const["as_of"]
     assert r.breakdown["logits"] >= 4 * 2 * 2048 * 128256  # fp32 log-softmax, 128k vocabulary
     cpu = _est("llama-3.1-8b", method="lora", batch_size=2, seq_len=2048, device="cpu")
@@ -190,8 +204,10 @@ def test_gradient_accumulation_keeps_gradients_in_forward() -> None:
 
 
 def test_optimizers_order_by_state_size() -> None:
-    states = {o: _est("llama-2-7b", optimizer=o).settings["estimated"]["optimizer_bytes"]
-              for o in ("adamw", "adamw-8bit", "lion", "adafactor", "sgd")}
+    states = {
+        o: _est("llama-2-7b", optimizer=o).settings["estimated"]["optimizer_bytes"]
+        for o in ("adamw", "adamw-8bit", "lion", "adafactor", "sgd")
+    }
     n = get_preset("llama-2-7b").n_params
     assert states["adamw"] == 8 * n
     assert states["lion"] == 4 * n
@@ -214,10 +230,12 @@ def test_lora_dtype_and_double_quant() -> None:
 
 
 def test_import_stays_light_and_estimate_needs_no_torch() -> None:
-    code = ("import sys, lessonkit; r = lessonkit.estimate('7B'); "
-            "assert r.total_bytes > 0; "
-            "bad = [m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, lessonkit; r = lessonkit.estimate('7B'); "
+        "assert r.total_bytes > 0; "
+        "bad = [m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -230,25 +248,29 @@ def test_every_public_module_imports_without_torch() -> None:
 
     import lessonkit
 
-    names = sorted(m.name.removeprefix("lessonkit.")
-                   for m in pkgutil.walk_packages(lessonkit.__path__, "lessonkit.")
-                   if not m.name.endswith("__main__"))
-    assert NEEDS_TORCH <= set(names)
+    names = sorted(
+        m.name.removeprefix("lessonkit.")
+        for m in pkgutil.walk_packages(lessonkit.__path__, "lessonkit.")
+        if not m.name.endswith("__main__")
+    )
+    assert set(names) >= NEEDS_TORCH
     public = [n for n in names if n not in NEEDS_TORCH]
     for name in NEEDS_TORCH:
         source = (Path(lessonkit.__file__).parent / (name.replace(".", "/") + ".py")).read_text()
         assert "Private, and needs torch" in source, name
-    code = ("import importlib, sys\n"
-            "sys.modules['torch'] = None  # import torch now raises ImportError\n"
-            f"for name in {public!r}:\n"
-            "    importlib.import_module('lessonkit.' + name)\n"
-            "import lessonkit\n"
-            "try:\n"
-            "    lessonkit.measure('7B')\n"
-            "except lessonkit.LessonkitError as err:\n"
-            "    assert 'pip install' in str(err), err\n"
-            "else:\n"
-            "    raise AssertionError('measure ran without torch')\n")
+    code = (
+        "import importlib, sys\n"
+        "sys.modules['torch'] = None  # import torch now raises ImportError\n"
+        f"for name in {public!r}:\n"
+        "    importlib.import_module('lessonkit.' + name)\n"
+        "import lessonkit\n"
+        "try:\n"
+        "    lessonkit.measure('7B')\n"
+        "except lessonkit.LessonkitError as err:\n"
+        "    assert 'pip install' in str(err), err\n"
+        "else:\n"
+        "    raise AssertionError('measure ran without torch')\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -310,7 +332,8 @@ def test_zero3_mixed_is_fsdp_mixed_precision() -> None:
         r = _est("llama-2-70b", n_gpus=n, zero_stage=3)
         e = r.settings["estimated"]
         assert e["weight_bytes"] + e["gradient_bytes"] + e["optimizer_bytes"] - buffers == (
-            16 * spec.n_params // n)  # every dimension of Llama-2-70B divides by 64
+            16 * spec.n_params // n
+        )  # every dimension of Llama-2-70B divides by 64
         assert any("MixedPrecisionPolicy" in a for a in r.assumptions)
         assert not any("autocast's" in a for a in r.assumptions)
         peaks[n] = r.total_bytes
@@ -370,12 +393,21 @@ def test_zero3_with_accumulation_counts_each_gradient_shard_once() -> None:
 def test_one_layer_lora_under_zero3_has_no_negative_activations() -> None:
     from lessonkit.models.spec import ModelSpec
 
-    one = ModelSpec(name="one-layer", family="llama", n_layers=1, hidden_size=256, n_heads=4,
-                    n_kv_heads=4, intermediate_size=688, vocab_size=4096)
+    one = ModelSpec(
+        name="one-layer",
+        family="llama",
+        n_layers=1,
+        hidden_size=256,
+        n_heads=4,
+        n_kv_heads=4,
+        intermediate_size=688,
+        vocab_size=4096,
+    )
     totals = []
     for batch in (1, 2, 4):
-        r = estimate(one, method="lora", n_gpus=2, zero_stage=3, batch_size=batch, seq_len=64,
-                     device="cpu")
+        r = estimate(
+            one, method="lora", n_gpus=2, zero_stage=3, batch_size=batch, seq_len=64, device="cpu"
+        )
         assert min(r.breakdown.values()) >= 0
         totals.append(r.total_bytes)
     assert totals == sorted(totals)

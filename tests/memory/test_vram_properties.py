@@ -16,31 +16,87 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from lessonkit import estimate
+from lessonkit.memory.estimating import _Step
+from lessonkit.memory.settings import validate_run
 from lessonkit.models.spec import ModelSpec, resolve_model
 from lessonkit.options import ATTENTION, BNB_BEHAVIOURS, LORA_DTYPES, OPTIMIZERS, PRECISIONS
-from lessonkit.memory.settings import validate_run
-from lessonkit.memory.estimating import _Step
 
 TINY = [
-    ModelSpec(name="one-layer", family="llama", n_layers=1, hidden_size=256, n_heads=4,
-              n_kv_heads=4, intermediate_size=688, vocab_size=4096),
-    ModelSpec(name="two-layer-gqa", family="qwen2", n_layers=2, hidden_size=256, n_heads=8,
-              n_kv_heads=2, intermediate_size=704, vocab_size=4096, attention_bias="qkv"),
-    ModelSpec(name="one-layer-gpt2", family="gpt2", n_layers=1, hidden_size=128, n_heads=4,
-              n_kv_heads=4, intermediate_size=512, vocab_size=1000, tie_embeddings=True,
-              gated_mlp=False, norm="layernorm", attention_bias="all", mlp_bias=True,
-              max_positions=1024, hidden_act="gelu_new"),
-    ModelSpec(name="wide-3L", family="llama", n_layers=3, hidden_size=512, n_heads=8,
-              n_kv_heads=8, intermediate_size=1408, vocab_size=1000),
+    ModelSpec(
+        name="one-layer",
+        family="llama",
+        n_layers=1,
+        hidden_size=256,
+        n_heads=4,
+        n_kv_heads=4,
+        intermediate_size=688,
+        vocab_size=4096,
+    ),
+    ModelSpec(
+        name="two-layer-gqa",
+        family="qwen2",
+        n_layers=2,
+        hidden_size=256,
+        n_heads=8,
+        n_kv_heads=2,
+        intermediate_size=704,
+        vocab_size=4096,
+        attention_bias="qkv",
+    ),
+    ModelSpec(
+        name="one-layer-gpt2",
+        family="gpt2",
+        n_layers=1,
+        hidden_size=128,
+        n_heads=4,
+        n_kv_heads=4,
+        intermediate_size=512,
+        vocab_size=1000,
+        tie_embeddings=True,
+        gated_mlp=False,
+        norm="layernorm",
+        attention_bias="all",
+        mlp_bias=True,
+        max_positions=1024,
+        hidden_act="gelu_new",
+    ),
+    ModelSpec(
+        name="wide-3L",
+        family="llama",
+        n_layers=3,
+        hidden_size=512,
+        n_heads=8,
+        n_kv_heads=8,
+        intermediate_size=1408,
+        vocab_size=1000,
+    ),
 ]
-MODELS = TINY + [resolve_model(n) for n in ("gpt2", "qwen2.5-0.5b", "llama-2-7b",
-                                            "llama-3.1-8b", "mistral-7b")]
-DEFAULTS = dict(method="full", precision="bf16-mixed", optimizer="adamw", batch_size=1,
-                seq_len=512, gradient_checkpointing=False, lora_rank=16, lora_targets=None,
-                n_gpus=1, zero_stage=0, attention="sdpa", offload_optimizer=False,
-                double_quant=True, lora_dtype="fp32", gradient_accumulation=1, device="cuda")
-FAST = settings(max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", 300)), deadline=None,
-                suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+MODELS = TINY + [
+    resolve_model(n) for n in ("gpt2", "qwen2.5-0.5b", "llama-2-7b", "llama-3.1-8b", "mistral-7b")
+]
+DEFAULTS = dict(
+    method="full",
+    precision="bf16-mixed",
+    optimizer="adamw",
+    batch_size=1,
+    seq_len=512,
+    gradient_checkpointing=False,
+    lora_rank=16,
+    lora_targets=None,
+    n_gpus=1,
+    zero_stage=0,
+    attention="sdpa",
+    offload_optimizer=False,
+    double_quant=True,
+    lora_dtype="fp32",
+    gradient_accumulation=1,
+    device="cuda",
+)
+FAST = settings(
+    max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", 300)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
 
 
 @st.composite
@@ -56,28 +112,41 @@ def runs(draw: st.DrawFn, several_gpus: bool | None = None) -> tuple[ModelSpec, 
     zero = draw(st.sampled_from((0, 1, 2, 3))) if n_gpus > 1 else 0
     limit = spec.max_positions or 4096
     kw = dict(
-        method=method, precision=precision, optimizer=draw(st.sampled_from(OPTIMIZERS)),
-        batch_size=draw(st.integers(1, 16)), seq_len=draw(st.integers(1, min(limit, 4096))),
-        gradient_checkpointing=draw(st.booleans()), lora_rank=draw(st.sampled_from((1, 8, 64))),
-        lora_targets=draw(st.sampled_from((None, "all-linear"))), n_gpus=n_gpus,
-        zero_stage=zero, attention=draw(st.sampled_from(ATTENTION)),
-        offload_optimizer=zero > 0 and draw(st.booleans()), double_quant=draw(st.booleans()),
+        method=method,
+        precision=precision,
+        optimizer=draw(st.sampled_from(OPTIMIZERS)),
+        batch_size=draw(st.integers(1, 16)),
+        seq_len=draw(st.integers(1, min(limit, 4096))),
+        gradient_checkpointing=draw(st.booleans()),
+        lora_rank=draw(st.sampled_from((1, 8, 64))),
+        lora_targets=draw(st.sampled_from((None, "all-linear"))),
+        n_gpus=n_gpus,
+        zero_stage=zero,
+        attention=draw(st.sampled_from(ATTENTION)),
+        offload_optimizer=zero > 0 and draw(st.booleans()),
+        double_quant=draw(st.booleans()),
         lora_dtype=draw(st.sampled_from(LORA_DTYPES)),
         gradient_accumulation=draw(st.sampled_from((1, 2, 8))),
         device=draw(st.sampled_from(("cuda", "cpu"))),
         lora_dropout=draw(st.sampled_from((0.0, 0.05, 0.1))),
-        bitsandbytes=draw(st.sampled_from(BNB_BEHAVIOURS)))
+        bitsandbytes=draw(st.sampled_from(BNB_BEHAVIOURS)),
+    )
     # activation offloading is modelled with checkpointing, without ZeRO-3 and with current
     # bitsandbytes (settings.validate_run)
-    kw["activation_offload"] = (kw["gradient_checkpointing"] and zero != 3
-                                and not (method == "qlora" and kw["bitsandbytes"] != "current")
-                                and draw(st.booleans()))
-    kw["optimizer_in_backward"] = (kw["gradient_accumulation"] == 1 and n_gpus == 1
-                                   and draw(st.booleans()))
+    kw["activation_offload"] = (
+        kw["gradient_checkpointing"]
+        and zero != 3
+        and not (method == "qlora" and kw["bitsandbytes"] != "current")
+        and draw(st.booleans())
+    )
+    kw["optimizer_in_backward"] = (
+        kw["gradient_accumulation"] == 1 and n_gpus == 1 and draw(st.booleans())
+    )
     # no_sync (no reduction before the last micro-batch): several GPUs, accumulation, and
     # not ZeRO-2, which DeepSpeed refuses it with
-    kw["no_sync"] = (n_gpus > 1 and kw["gradient_accumulation"] > 1 and zero != 2
-                     and draw(st.booleans()))
+    kw["no_sync"] = (
+        n_gpus > 1 and kw["gradient_accumulation"] > 1 and zero != 2 and draw(st.booleans())
+    )
     # the chunked loss: not with activation offloading (settings.validate_run)
     if not kw["activation_offload"] and draw(st.booleans()):
         kw["loss"] = "chunked"
@@ -123,8 +192,9 @@ def test_gradients_at_the_peak_never_exceed_the_gradients_kept(run) -> None:
     kept = report.settings["estimated"]["gradient_bytes"]
     if kw["optimizer_in_backward"]:
         assert kept == 0
-        kept = estimate(spec, **(kw | dict(optimizer_in_backward=False))).settings[
-            "estimated"]["gradient_bytes"]
+        kept = estimate(spec, **(kw | dict(optimizer_in_backward=False))).settings["estimated"][
+            "gradient_bytes"
+        ]
     assert report.breakdown["gradients"] <= kept
     for moment in _moments(spec, kw):
         assert moment["gradients"] <= kept, moment
@@ -167,16 +237,25 @@ def test_higher_zero_stage_never_needs_more(run) -> None:
         stages = stages[:-1]  # QLoRA cannot be sharded with ZeRO-3, nor offload under it
     if kw["no_sync"]:
         stages = tuple(z for z in stages if z != 2)
-    steps = {z: _Step(spec, validate_run(spec, **(DEFAULTS | kw | dict(zero_stage=z))))
-             for z in stages}
+    steps = {
+        z: _Step(spec, validate_run(spec, **(DEFAULTS | kw | dict(zero_stage=z)))) for z in stages
+    }
     totals = {z: estimate(spec, **(kw | dict(zero_stage=z))).total_bytes for z in stages}
     for lower, higher in zip(stages, stages[1:]):
         if higher == 3 and totals[3] > totals[lower]:
             f = steps[3].fsdp
-            buffers = (f["root_params"] + f["layer_params"] + 2 * f["layer_flat"]
-                       + f["layer_grads"] + f["layer_rs"])
+            buffers = (
+                f["root_params"]
+                + f["layer_params"]
+                + 2 * f["layer_flat"]
+                + f["layer_grads"]
+                + f["layer_rs"]
+            )
             saved = steps[lower].weights - steps[3].weights
             assert saved < buffers and totals[3] - totals[lower] <= buffers, (
-                totals, saved, buffers)
+                totals,
+                saved,
+                buffers,
+            )
             continue
         assert totals[higher] <= totals[lower], (lower, higher, totals)

@@ -19,9 +19,15 @@ from lessonkit import LessonkitError, ModelSpec, estimate, resolve_model
 from lessonkit.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
-LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 128,
-         "vocab_size": 100}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "intermediate_size": 128,
+    "vocab_size": 100,
+}
 SUBCOMMANDS = (["vram"], ["check"], ["recommend"])
 
 
@@ -41,50 +47,84 @@ def llama(**change: object) -> dict:
 # name -> (build the model argument under tmp_path, a phrase the message must hold)
 BAD_CONFIGS = {
     "config.json is a folder": (
-        lambda t: str((t / "m" / "config.json").mkdir(parents=True) or t / "m"), "folder"),
+        lambda t: str((t / "m" / "config.json").mkdir(parents=True) or t / "m"),
+        "folder",
+    ),
     "JSON root is a list": (lambda t: str(write(t / "list.json", [LLAMA])), "JSON list"),
     "JSON root is a string": (lambda t: str(write(t / "str.json", '"llama"')), "JSON string"),
     "JSON root is null": (lambda t: str(write(t / "null.json", "null")), "JSON null"),
     "empty file": (lambda t: str(write(t / "empty.json", "")), "not valid JSON"),
-    "zero heads": (lambda t: str(write(t / "z.json", llama(num_attention_heads=0))),
-                   "num_attention_heads"),
-    "heads as a string": (lambda t: str(write(t / "s.json", llama(num_attention_heads="32"))),
-                          "num_attention_heads"),
-    "heads as a fraction": (lambda t: str(write(t / "f.json", llama(num_attention_heads=4.5))),
-                            "num_attention_heads"),
+    "zero heads": (
+        lambda t: str(write(t / "z.json", llama(num_attention_heads=0))),
+        "num_attention_heads",
+    ),
+    "heads as a string": (
+        lambda t: str(write(t / "s.json", llama(num_attention_heads="32"))),
+        "num_attention_heads",
+    ),
+    "heads as a fraction": (
+        lambda t: str(write(t / "f.json", llama(num_attention_heads=4.5))),
+        "num_attention_heads",
+    ),
     "negative head_dim": (lambda t: str(write(t / "hd.json", llama(head_dim=-8))), "head_dim"),
     "tie_word_embeddings 'no'": (
-        lambda t: str(write(t / "tie.json", llama(tie_word_embeddings="no"))), "true or false"),
+        lambda t: str(write(t / "tie.json", llama(tie_word_embeddings="no"))),
+        "true or false",
+    ),
     "attention_bias as text": (
-        lambda t: str(write(t / "ab.json", llama(attention_bias="yes"))), "attention_bias"),
-    "hidden_act a number": (lambda t: str(write(t / "act.json", llama(hidden_act=3))), "hidden_act"),
+        lambda t: str(write(t / "ab.json", llama(attention_bias="yes"))),
+        "attention_bias",
+    ),
+    "hidden_act a number": (
+        lambda t: str(write(t / "act.json", llama(hidden_act=3))),
+        "hidden_act",
+    ),
     "missing field": (lambda t: str(write(t / "miss.json", llama(vocab_size=...))), "vocab_size"),
     "fewer units than heads": (
-        lambda t: str(write(t / "few.json", llama(hidden_size=2))), "smaller than"),
-    "huge dimension": (lambda t: str(write(t / "big.json", llama(vocab_size=10**30))), "vocab_size"),
-    "unknown model_type": (lambda t: str(write(t / "mamba.json", llama(model_type="mamba"))),
-                           "Unsupported model_type"),
-    "model_type a list": (lambda t: str(write(t / "mt.json", llama(model_type=["llama"]))),
-                          "Unsupported model_type"),
+        lambda t: str(write(t / "few.json", llama(hidden_size=2))),
+        "smaller than",
+    ),
+    "huge dimension": (
+        lambda t: str(write(t / "big.json", llama(vocab_size=10**30))),
+        "vocab_size",
+    ),
+    "unknown model_type": (
+        lambda t: str(write(t / "mamba.json", llama(model_type="mamba"))),
+        "Unsupported model_type",
+    ),
+    "model_type a list": (
+        lambda t: str(write(t / "mt.json", llama(model_type=["llama"]))),
+        "Unsupported model_type",
+    ),
     "gpt2 with zero layers": (
-        lambda t: str(write(t / "g.json", {"model_type": "gpt2", "n_layer": 0})), "n_layer"),
+        lambda t: str(write(t / "g.json", {"model_type": "gpt2", "n_layer": 0})),
+        "n_layer",
+    ),
     "not UTF-8": (lambda t: str(write(t / "latin.json", b"\xff\xfe{\x00}")), "UTF-8"),
     "integer too long for JSON": (
-        lambda t: str(write(t / "long.json", '{"model_type": "llama", "vocab_size": '
-                                             + "9" * 5000 + "}")), "not a readable config"),
+        lambda t: str(
+            write(t / "long.json", '{"model_type": "llama", "vocab_size": ' + "9" * 5000 + "}")
+        ),
+        "not a readable config",
+    ),
     "nested too deeply": (
         lambda t: str(write(t / "deep.json", '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")),
-        "not a readable config"),
+        "not a readable config",
+    ),
     "a loop of links": (
         lambda t: (os.symlink(t / "loop.json", t / "loop.json"), str(t / "loop.json"))[1],
-        "Cannot read"),
+        "Cannot read",
+    ),
     "a loop of links, no .json": (
-        lambda t: (os.symlink(t / "loop", t / "loop"), str(t / "loop"))[1], "Cannot read"),
+        lambda t: (os.symlink(t / "loop", t / "loop"), str(t / "loop"))[1],
+        "Cannot read",
+    ),
     "a name over 255 characters": (lambda t: str(t / ("x" * 300 + ".json")), "Cannot read"),
     "a missing file": (lambda t: str(t / "nowhere" / "config.json"), "No config.json"),
     "a link to an endless file": (
         lambda t: (os.symlink("/dev/zero", t / "zero.json"), str(t / "zero.json"))[1],
-        "MiB: not a config.json"),
+        "MiB: not a config.json",
+    ),
 }
 
 
@@ -120,8 +160,10 @@ def test_an_unreadable_config_is_a_clear_error(tmp_path, monkeypatch):
         resolve_model(str(path))
 
 
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0,
-                    reason="file permissions do not stop root (or this is not POSIX)")
+@pytest.mark.skipif(
+    os.name != "posix" or os.geteuid() == 0,
+    reason="file permissions do not stop root (or this is not POSIX)",
+)
 def test_an_unreadable_config_file_exits_2(tmp_path, capsys):
     path = write(tmp_path / "secret.json", LLAMA)
     path.chmod(0)
@@ -138,15 +180,18 @@ def test_bad_configs_through_the_real_command_leave_no_traceback(tmp_path):
     """The installed entry point, in a process of its own: one line on stderr, exit 2."""
     for case in ("JSON root is a list", "zero heads", "not UTF-8", "a loop of links"):
         model = BAD_CONFIGS[case][0](tmp_path)
-        run = subprocess.run([sys.executable, "-m", "lessonkit", "vram", "--model", model],
-                             capture_output=True, text=True, cwd=ROOT)
+        run = subprocess.run(
+            [sys.executable, "-m", "lessonkit", "vram", "--model", model],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         assert run.returncode == 2 and "Traceback" not in run.stderr, (case, run.stderr)
         assert run.stderr.startswith("lessonkit vram: error:") and run.stdout == ""
 
 
 # ----- names and sizes --------------------------------------------------------------------------
-def test_an_empty_name_is_refused_and_never_reads_the_current_folder(tmp_path, monkeypatch,
-                                                                     capsys):
+def test_an_empty_name_is_refused_and_never_reads_the_current_folder(tmp_path, monkeypatch, capsys):
     write(tmp_path / "config.json", LLAMA)
     monkeypatch.chdir(tmp_path)
     for empty in ("", "   "):
@@ -157,11 +202,19 @@ def test_an_empty_name_is_refused_and_never_reads_the_current_folder(tmp_path, m
             assert "model name is empty" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("size, reason", [
-    ("1e30", "at most 2T parameters, got 1e+30"), ("0", "at least 1M parameters, got 0"),
-    ("1k", "at least 1M parameters, got 1000"), ("3T", "at most 2T parameters"),
-    (10**5000, "at most 2T parameters"), (math.nan, "got nan"), (math.inf, "at most 2T"),
-], ids=["1e30", "0", "1k", "3T", "10**5000", "nan", "inf"])
+@pytest.mark.parametrize(
+    "size, reason",
+    [
+        ("1e30", "at most 2T parameters, got 1e+30"),
+        ("0", "at least 1M parameters, got 0"),
+        ("1k", "at least 1M parameters, got 1000"),
+        ("3T", "at most 2T parameters"),
+        (10**5000, "at most 2T parameters"),
+        (math.nan, "got nan"),
+        (math.inf, "at most 2T"),
+    ],
+    ids=["1e30", "0", "1k", "3T", "10**5000", "nan", "inf"],
+)
 def test_a_size_out_of_range_says_why(size, reason, capsys):
     with pytest.raises(LessonkitError, match=reason.replace("+", r"\+")) as info:
         resolve_model(size)
@@ -199,8 +252,10 @@ def test_numbers_and_names_too_long_to_print_are_described_not_echoed():
     assert len(str(info.value)) < 1000
 
 
-@pytest.mark.parametrize("budget, dollars", [("1e1", 10), ("1E1", 10), ("$1e1/h", 10),
-                                             ("2.5", 2.5), (".5", 0.5), ("1.5e+1 per hour", 15)])
+@pytest.mark.parametrize(
+    "budget, dollars",
+    [("1e1", 10), ("1E1", 10), ("$1e1/h", 10), ("2.5", 2.5), (".5", 0.5), ("1.5e+1 per hour", 15)],
+)
 def test_budget_takes_the_numbers_tokens_takes(budget, dollars):
     from lessonkit.planning.recommender import parse_budget, parse_tokens
 
@@ -216,14 +271,28 @@ def test_recommend_accepts_a_budget_in_exponent_notation(capsys):
 
 # ----- writing the output -----------------------------------------------------------------------
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
-@pytest.mark.parametrize("argv", [["vram", "--model", "7B"], ["vram", "--model", "7B", "--json"],
-                                  ["recommend", "--model", "7B"], ["check"], ["--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["vram", "--model", "7B"],
+        ["vram", "--model", "7B", "--json"],
+        ["recommend", "--model", "7B"],
+        ["check"],
+        ["--help"],
+    ],
+)
 @pytest.mark.parametrize("unbuffered", ["", "1"])
 def test_a_full_disk_ends_with_one_line_and_a_non_zero_exit(argv, unbuffered):
     env = dict(os.environ, PYTHONUNBUFFERED=unbuffered)
     with open("/dev/full", "w") as full:
-        run = subprocess.run([sys.executable, "-m", "lessonkit", *argv], stdout=full,
-                             stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+        run = subprocess.run(
+            [sys.executable, "-m", "lessonkit", *argv],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
     assert run.returncode == 3, run.stderr
     assert run.stderr.count("\n") == 1 and "No space left on device" in run.stderr, run.stderr
     assert run.stderr.startswith("lessonkit") and "Traceback" not in run.stderr
@@ -231,21 +300,34 @@ def test_a_full_disk_ends_with_one_line_and_a_non_zero_exit(argv, unbuffered):
 
 # ----- ModelSpec with random fields ---------------------------------------------------------------
 FIELD_VALUES = st.one_of(
-    st.integers(min_value=-5, max_value=300), st.integers(), st.floats(), st.booleans(),
-    st.none(), st.text(max_size=12), st.sampled_from(["llama", "gpt2", "gemma2", "qwen2",
-                                                      "rmsnorm", "layernorm", "none", "qkv",
-                                                      "all", "no"]),
-    st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(),
-                                                         max_size=2),
+    st.integers(min_value=-5, max_value=300),
+    st.integers(),
+    st.floats(),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=12),
+    st.sampled_from(
+        ["llama", "gpt2", "gemma2", "qwen2", "rmsnorm", "layernorm", "none", "qkv", "all", "no"]
+    ),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
 )
 NAMES = [f.name for f in fields(ModelSpec)]
 
 
 @settings(max_examples=400, deadline=None, derandomize=True, database=None)
-@given(values=st.fixed_dictionaries({}, optional={name: FIELD_VALUES for name in NAMES}))
+@given(values=st.fixed_dictionaries({}, optional=dict.fromkeys(NAMES, FIELD_VALUES)))
 def test_random_modelspec_fields_give_a_spec_that_counts_or_a_clear_error(values):
-    base = dict(name="fuzz", family="llama", n_layers=2, hidden_size=64, n_heads=4,
-                n_kv_heads=4, intermediate_size=128, vocab_size=100)
+    base = dict(
+        name="fuzz",
+        family="llama",
+        n_layers=2,
+        hidden_size=64,
+        n_heads=4,
+        n_kv_heads=4,
+        intermediate_size=128,
+        vocab_size=100,
+    )
     try:
         spec = ModelSpec(**(base | values))
     except LessonkitError as err:
@@ -260,17 +342,32 @@ def test_random_modelspec_fields_give_a_spec_that_counts_or_a_clear_error(values
     assert math.isfinite(report.total_bytes) and report.total_bytes > 0
 
 
-@pytest.mark.parametrize("change, phrase", [
-    ({"head_dim": -8}, "head_dim"), ({"head_dim": 0}, "head_dim"),
-    ({"tie_embeddings": "no"}, "tie_embeddings must be True or False"),
-    ({"gated_mlp": 1}, "gated_mlp"), ({"norm": "batchnorm"}, "norm must be one of rmsnorm"),
-    ({"attention_bias": True}, "attention_bias must be one of none, qkv, all"),
-    ({"max_positions": -1}, "max_positions"), ({"vocab_size": 10**12}, "vocab_size"),
-    ({"name": None}, "name must be a string"), ({"family": ["llama"]}, "family"),
-    ({"extra": 3}, "extra"),
-])
+@pytest.mark.parametrize(
+    "change, phrase",
+    [
+        ({"head_dim": -8}, "head_dim"),
+        ({"head_dim": 0}, "head_dim"),
+        ({"tie_embeddings": "no"}, "tie_embeddings must be True or False"),
+        ({"gated_mlp": 1}, "gated_mlp"),
+        ({"norm": "batchnorm"}, "norm must be one of rmsnorm"),
+        ({"attention_bias": True}, "attention_bias must be one of none, qkv, all"),
+        ({"max_positions": -1}, "max_positions"),
+        ({"vocab_size": 10**12}, "vocab_size"),
+        ({"name": None}, "name must be a string"),
+        ({"family": ["llama"]}, "family"),
+        ({"extra": 3}, "extra"),
+    ],
+)
 def test_modelspec_checks_every_field(change, phrase):
-    base = dict(name="x", family="llama", n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=4,
-                intermediate_size=128, vocab_size=100)
+    base = dict(
+        name="x",
+        family="llama",
+        n_layers=2,
+        hidden_size=64,
+        n_heads=4,
+        n_kv_heads=4,
+        intermediate_size=128,
+        vocab_size=100,
+    )
     with pytest.raises(LessonkitError, match=phrase):
         ModelSpec(**(base | change))

@@ -10,9 +10,21 @@ import pytest
 from lessonkit import LessonkitError, ModelSpec, get_preset, preset_names, resolve_model
 
 REQUIRED_PRESETS = [
-    "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b",
-    "llama-3.2-3b", "mistral-7b", "qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-72b",
-    "gemma-2-2b", "gemma-2-9b", "gpt2",
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.2-1b",
+    "llama-3.2-3b",
+    "mistral-7b",
+    "qwen2.5-0.5b",
+    "qwen2.5-7b",
+    "qwen2.5-14b",
+    "qwen2.5-72b",
+    "gemma-2-2b",
+    "gemma-2-9b",
+    "gpt2",
 ]
 
 
@@ -48,23 +60,44 @@ def test_preset_parameter_tensors_match_transformers(name):
     assert created == expected
     assert spec.n_params == sum(math.prod(shape) for shape in created.values())
     assert spec.linear_params == spec.n_layers * sum(
-        math.prod(t.shape) for t in tensors.layer if t.kind == "linear")
+        math.prod(t.shape) for t in tensors.layer if t.kind == "linear"
+    )
 
 
 def test_parameter_tensors_of_biased_and_tied_shapes_match_transformers():
     for spec in [
-        ModelSpec(name="biased-llama", family="llama", n_layers=2, hidden_size=64, n_heads=4,
-                  n_kv_heads=2, intermediate_size=96, vocab_size=100, attention_bias="all",
-                  mlp_bias=True),
-        ModelSpec(name="tied-qwen", family="qwen2", n_layers=1, hidden_size=64, n_heads=4,
-                  n_kv_heads=4, intermediate_size=96, vocab_size=100, attention_bias="qkv",
-                  tie_embeddings=True),
+        ModelSpec(
+            name="biased-llama",
+            family="llama",
+            n_layers=2,
+            hidden_size=64,
+            n_heads=4,
+            n_kv_heads=2,
+            intermediate_size=96,
+            vocab_size=100,
+            attention_bias="all",
+            mlp_bias=True,
+        ),
+        ModelSpec(
+            name="tied-qwen",
+            family="qwen2",
+            n_layers=1,
+            hidden_size=64,
+            n_heads=4,
+            n_kv_heads=4,
+            intermediate_size=96,
+            vocab_size=100,
+            attention_bias="qkv",
+            tie_embeddings=True,
+        ),
     ]:
         created = transformers_parameters(spec)
         tensors = spec.parameter_tensors()
         expected = {t.name: t.shape for t in tensors.outer} | {
             f"model.layers.{i}.{t.name}": t.shape
-            for i in range(spec.n_layers) for t in tensors.layer}
+            for i in range(spec.n_layers)
+            for t in tensors.layer
+        }
         assert created == expected, spec.name
         assert spec.n_params == sum(math.prod(shape) for shape in created.values())
 
@@ -79,15 +112,25 @@ def test_linear_and_lora_counts_match_peft():
     import transformers
     from peft import LoraConfig, get_peft_model
 
-    spec = ModelSpec(name="tiny-qwen", family="qwen2", n_layers=2, hidden_size=64, n_heads=4,
-                     n_kv_heads=2, intermediate_size=128, vocab_size=300, tie_embeddings=True,
-                     attention_bias="qkv")
+    spec = ModelSpec(
+        name="tiny-qwen",
+        family="qwen2",
+        n_layers=2,
+        hidden_size=64,
+        n_heads=4,
+        n_kv_heads=2,
+        intermediate_size=128,
+        vocab_size=300,
+        tie_embeddings=True,
+        attention_bias="qkv",
+    )
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(spec.to_hf_config())
     assert spec.n_params == sum(p.numel() for p in model.parameters())
     targets = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    linear = sum(m.weight.numel() for name, m in model.named_modules()
-                 if name.split(".")[-1] in targets)
+    linear = sum(
+        m.weight.numel() for name, m in model.named_modules() if name.split(".")[-1] in targets
+    )
     assert spec.linear_params == linear
     peft_model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
@@ -100,7 +143,9 @@ def test_gpt2_lora_on_c_proj_counts_both_layers():
     assert spec.lora_params(4, ("c_proj",)) == spec.n_layers * 4 * ((h + h) + (i + h))
 
 
-@pytest.mark.parametrize("name", ["llama-3.2-1b", "qwen2.5-0.5b", "gemma-2-2b", "gpt2", "mistral-7b"])
+@pytest.mark.parametrize(
+    "name", ["llama-3.2-1b", "qwen2.5-0.5b", "gemma-2-2b", "gpt2", "mistral-7b"]
+)
 def test_hf_config_round_trip(name, tmp_path):
     spec = get_preset(name)
     path = tmp_path / "config.json"
@@ -108,13 +153,24 @@ def test_hf_config_round_trip(name, tmp_path):
     again = ModelSpec.from_hf_config(path)
     assert again.n_params == spec.n_params
     assert (again.family, again.n_layers, again.n_kv_heads, again.head_dim) == (
-        spec.family, spec.n_layers, spec.n_kv_heads, spec.head_dim)
+        spec.family,
+        spec.n_layers,
+        spec.n_kv_heads,
+        spec.head_dim,
+    )
 
 
 def test_from_hf_config_reads_a_plain_llama_dict():
-    config = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
-              "vocab_size": 128256, "tie_word_embeddings": False}
+    config = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "tie_word_embeddings": False,
+    }
     assert ModelSpec.from_hf_config(config).n_params == get_preset("llama-3.1-8b").n_params
 
 
@@ -125,8 +181,9 @@ def test_unknown_family_is_a_clear_error():
 
 def test_missing_config_field_is_a_clear_error():
     with pytest.raises(LessonkitError, match="lacks the field 'num_hidden_layers'"):
-        ModelSpec.from_hf_config({"model_type": "llama", "hidden_size": 8,
-                                  "num_attention_heads": 2})
+        ModelSpec.from_hf_config(
+            {"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2}
+        )
 
 
 def test_missing_config_file_is_a_clear_error(tmp_path):
@@ -163,11 +220,27 @@ def test_bad_models_are_clear_errors(bad):
 
 def test_spec_validates_its_fields():
     with pytest.raises(LessonkitError, match="n_layers"):
-        ModelSpec(name="x", family="llama", n_layers=0, hidden_size=64, n_heads=4, n_kv_heads=4,
-                  intermediate_size=128, vocab_size=100)
+        ModelSpec(
+            name="x",
+            family="llama",
+            n_layers=0,
+            hidden_size=64,
+            n_heads=4,
+            n_kv_heads=4,
+            intermediate_size=128,
+            vocab_size=100,
+        )
     with pytest.raises(LessonkitError, match="multiple of n_kv_heads"):
-        ModelSpec(name="x", family="llama", n_layers=1, hidden_size=64, n_heads=4, n_kv_heads=3,
-                  intermediate_size=128, vocab_size=100)
+        ModelSpec(
+            name="x",
+            family="llama",
+            n_layers=1,
+            hidden_size=64,
+            n_heads=4,
+            n_kv_heads=3,
+            intermediate_size=128,
+            vocab_size=100,
+        )
 
 
 def test_an_object_that_cannot_print_itself_is_still_a_clear_error():

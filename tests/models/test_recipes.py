@@ -19,16 +19,21 @@ def _value(recipe: str, setting: str):
 
 
 def test_trainer_defaults_are_what_training_arguments_does(tmp_path) -> None:
-    args = transformers.TrainingArguments(output_dir=str(tmp_path), bf16=True, use_cpu=True,
-                                          report_to=[])
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), bf16=True, use_cpu=True, report_to=[]
+    )
     assert str(getattr(args.optim, "value", args.optim)) == _value(
-        "trainer", "TrainingArguments.optim")
+        "trainer", "TrainingArguments.optim"
+    )
     assert args.per_device_train_batch_size == _value(
-        "trainer", "TrainingArguments.per_device_train_batch_size")
+        "trainer", "TrainingArguments.per_device_train_batch_size"
+    )
     assert args.gradient_checkpointing == _value(
-        "trainer", "TrainingArguments.gradient_checkpointing")
+        "trainer", "TrainingArguments.gradient_checkpointing"
+    )
     assert args.gradient_accumulation_steps == _value(
-        "trainer", "TrainingArguments.gradient_accumulation_steps")
+        "trainer", "TrainingArguments.gradient_accumulation_steps"
+    )
 
 
 def test_trainer_skips_the_reduction_before_the_last_micro_batch() -> None:
@@ -39,8 +44,9 @@ def test_trainer_skips_the_reduction_before_the_last_micro_batch() -> None:
     accelerate = pytest.importorskip("accelerate")
     from accelerate.utils import GradientAccumulationPlugin
 
-    default = _value("trainer", "GradientAccumulationPlugin.sync_each_batch (Accelerate, used "
-                                "by the Trainer)")
+    default = _value(
+        "trainer", "GradientAccumulationPlugin.sync_each_batch (Accelerate, used by the Trainer)"
+    )
     assert GradientAccumulationPlugin(num_steps=2).sync_each_batch is default is False
     loop = inspect.getsource(transformers.Trainer)
     assert 'plugin_kwargs.get("sync_each_batch", False)' in loop
@@ -50,8 +56,10 @@ def test_trainer_skips_the_reduction_before_the_last_micro_batch() -> None:
     when = next(d["when"] for d in recipe_defaults("trainer") if "sync_each_batch" in d["setting"])
     kept = estimate("llama-2-7b", n_gpus=8, gradient_accumulation=4, **when)
     synced = estimate("llama-2-7b", n_gpus=8, gradient_accumulation=4, zero_stage=3)
-    assert kept.settings["estimated"]["gradient_bytes"] == 8 * synced.settings["estimated"][
-        "gradient_bytes"]
+    assert (
+        kept.settings["estimated"]["gradient_bytes"]
+        == 8 * synced.settings["estimated"]["gradient_bytes"]
+    )
 
 
 def test_from_pretrained_loads_the_checkpoint_dtype_by_default() -> None:

@@ -33,61 +33,97 @@ def mib(x: float) -> int:
 
 CORPUS = [
     dict(  # PyTorch 1.x-2.0 (CUDA): another process holds most of the card
-        id="pytorch-1.x", text=(
+        id="pytorch-1.x",
+        text=(
             "RuntimeError: CUDA out of memory. Tried to allocate 36.00 MiB (GPU 0; 7.93 GiB total "
             "capacity; 130.35 MiB already allocated; 47.06 MiB free; 188.00 MiB reserved in total "
             "by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb "
             "to avoid fragmentation.  See documentation for Memory Management and "
-            "PYTORCH_CUDA_ALLOC_CONF"),
-        fields=dict(backend="cuda", wording="pytorch-2.0-", device=0, tried_bytes=mib(36),
-                    total_bytes=gib(7.93), allocated_bytes=mib(130.35), free_bytes=mib(47.06),
-                    reserved_bytes=mib(188), alloc_conf_hint="max_split_size_mb"),
-        first_fix="free_other_process"),
+            "PYTORCH_CUDA_ALLOC_CONF"
+        ),
+        fields=dict(
+            backend="cuda",
+            wording="pytorch-2.0-",
+            device=0,
+            tried_bytes=mib(36),
+            total_bytes=gib(7.93),
+            allocated_bytes=mib(130.35),
+            free_bytes=mib(47.06),
+            reserved_bytes=mib(188),
+            alloc_conf_hint="max_split_size_mb",
+        ),
+        first_fix="free_other_process",
+    ),
     dict(  # PyTorch 2.1: "capacty", processes listed by id (a container: ours is one of them)
-        id="pytorch-2.1-processes", text=(
+        id="pytorch-2.1-processes",
+        text=(
             "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 1 "
             "has a total capacty of 79.10 GiB of which 364.31 MiB is free. Process 175080 has "
             "1.46 GiB memory in use. Process 175356 has 77.26 GiB memory in use. Of the allocated "
             "memory 72.12 GiB is allocated by PyTorch, and 3.78 GiB is reserved by PyTorch but "
             "unallocated. If reserved but unallocated memory is large try setting "
             "max_split_size_mb to avoid fragmentation.  See documentation for Memory Management "
-            "and PYTORCH_CUDA_ALLOC_CONF"),
-        fields=dict(wording="pytorch-2.1+", device=1, tried_bytes=mib(448),
-                    total_bytes=gib(79.10), free_bytes=mib(364.31), process_bytes=None,
-                    allocated_bytes=gib(72.12), reserved_bytes=gib(72.12) + gib(3.78),
-                    other_processes=[(175080, gib(1.46)), (175356, gib(77.26))],
-                    alloc_conf_hint="max_split_size_mb"),
-        first_fix="expandable_segments"),
+            "and PYTORCH_CUDA_ALLOC_CONF"
+        ),
+        fields=dict(
+            wording="pytorch-2.1+",
+            device=1,
+            tried_bytes=mib(448),
+            total_bytes=gib(79.10),
+            free_bytes=mib(364.31),
+            process_bytes=None,
+            allocated_bytes=gib(72.12),
+            reserved_bytes=gib(72.12) + gib(3.78),
+            other_processes=[(175080, gib(1.46)), (175356, gib(77.26))],
+            alloc_conf_hint="max_split_size_mb",
+        ),
+        first_fix="expandable_segments",
+    ),
     dict(  # PyTorch 2.1 with this process's own line; the run is too big for the card
-        id="pytorch-2.1-this-process", text=(
+        id="pytorch-2.1-this-process",
+        text=(
             "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB. GPU 1 "
             "has a total capacty of 7.79 GiB of which 20.69 MiB is free. Including non-PyTorch "
             "memory, this process has 7.75 GiB memory in use. Of the allocated memory 7.45 GiB is "
             "allocated by PyTorch, and 8.61 MiB is reserved by PyTorch but unallocated. If "
             "reserved but unallocated memory is large try setting max_split_size_mb to avoid "
-            "fragmentation."),
-        fields=dict(device=1, total_bytes=gib(7.79), free_bytes=mib(20.69),
-                    process_bytes=gib(7.75), allocated_bytes=gib(7.45),
-                    reserved_bytes=gib(7.45) + mib(8.61)),
+            "fragmentation."
+        ),
+        fields=dict(
+            device=1,
+            total_bytes=gib(7.79),
+            free_bytes=mib(20.69),
+            process_bytes=gib(7.75),
+            allocated_bytes=gib(7.45),
+            reserved_bytes=gib(7.45) + mib(8.61),
+        ),
         run=dict(model="gpt2", method="full", precision="bf16-mixed", batch_size=8, seq_len=512),
-        first_fix="gradient_checkpointing"),
+        first_fix="gradient_checkpointing",
+    ),
     dict(  # PyTorch 2.2+ (Kaggle): one process listed, which is this one seen from the host
-        id="pytorch-2.2-kaggle", text=(
+        id="pytorch-2.2-kaggle",
+        text=(
             "OutOfMemoryError: CUDA out of memory. Tried to allocate 204.00 MiB. GPU 0 has a "
             "total capacity of 47.53 GiB of which 94.88 MiB is free. Process 1381433 has 47.43 "
             "GiB memory in use. Of the allocated memory 47.03 GiB is allocated by PyTorch, and "
             "83.38 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory "
             "is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
             "fragmentation.  See documentation for Memory Management  "
-            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"),
-        fields=dict(wording="pytorch-2.1+", total_bytes=gib(47.53), free_bytes=mib(94.88),
-                    other_processes=[(1381433, gib(47.43))],
-                    alloc_conf_hint="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
-        run=dict(model="llama-2-7b", method="lora", precision="bf16", batch_size=16,
-                 seq_len=2048),
-        first_fix="gradient_checkpointing"),
+            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+        ),
+        fields=dict(
+            wording="pytorch-2.1+",
+            total_bytes=gib(47.53),
+            free_bytes=mib(94.88),
+            other_processes=[(1381433, gib(47.43))],
+            alloc_conf_hint="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        ),
+        run=dict(model="llama-2-7b", method="lora", precision="bf16", batch_size=16, seq_len=2048),
+        first_fix="gradient_checkpointing",
+    ),
     dict(  # the newest wording: private pools, another process, the docs.pytorch.org link
-        id="pytorch-2.8-other-process", text=(
+        id="pytorch-2.8-other-process",
+        text=(
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 25.96 GiB. GPU 4 has a "
             "total capacity of 79.18 GiB of which 23.04 GiB is free. Process 7478 has 4.08 GiB "
             "memory in use. Including non-PyTorch memory, this process has 52.02 GiB memory in "
@@ -96,35 +132,56 @@ CORPUS = [
             "but unallocated. If reserved but unallocated memory is large try setting "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
             "documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/"
-            "cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"),
-        fields=dict(device=4, tried_bytes=gib(25.96), process_bytes=gib(52.02),
-                    private_pool_bytes=mib(1.38), other_processes=[(7478, gib(4.08))],
-                    reserved_bytes=gib(45.89) + gib(3.01)),
-        first_fix="free_other_process"),
+            "cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
+        ),
+        fields=dict(
+            device=4,
+            tried_bytes=gib(25.96),
+            process_bytes=gib(52.02),
+            private_pool_bytes=mib(1.38),
+            other_processes=[(7478, gib(4.08))],
+            reserved_bytes=gib(45.89) + gib(3.01),
+        ),
+        first_fix="free_other_process",
+    ),
     dict(  # ROCm: HIP, no process lines; loading a model onto a card another process fills
-        id="rocm-hip", text=(
+        id="rocm-hip",
+        text=(
             "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 978.00 MiB. GPU 0 has a "
             "total capacity of 15.98 GiB of which 630.00 MiB is free. Of the allocated memory 0 "
             "bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. "
             "If reserved but unallocated memory is large try setting "
             "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
             "documentation for Memory Management  "
-            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"),
-        fields=dict(backend="hip", total_bytes=gib(15.98), free_bytes=mib(630),
-                    allocated_bytes=0, reserved_bytes=0, process_bytes=None,
-                    alloc_conf_hint="PYTORCH_HIP_ALLOC_CONF=expandable_segments:True"),
-        first_fix="free_other_process"),
+            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+        ),
+        fields=dict(
+            backend="hip",
+            total_bytes=gib(15.98),
+            free_bytes=mib(630),
+            allocated_bytes=0,
+            reserved_bytes=0,
+            process_bytes=None,
+            alloc_conf_hint="PYTORCH_HIP_ALLOC_CONF=expandable_segments:True",
+        ),
+        first_fix="free_other_process",
+    ),
     dict(  # ROCm build printing the CUDA variable's name; fragmented
-        id="rocm-cuda-spelling", text=(
+        id="rocm-cuda-spelling",
+        text=(
             "HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.98 "
             "GiB of which 512.00 MiB is free. Of the allocated memory 11.20 GiB is allocated by "
             "PyTorch, and 3.10 GiB is reserved by PyTorch but unallocated. If reserved but "
             "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
-            "True to avoid fragmentation."),
+            "True to avoid fragmentation."
+        ),
         fields=dict(backend="hip", tried_bytes=gib(2), reserved_bytes=gib(11.2) + gib(3.1)),
-        first_fix="expandable_segments", how="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+        first_fix="expandable_segments",
+        how="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+    ),
     dict(  # torchrun: every line prefixed with the rank
-        id="torchrun-ranks", text=(
+        id="torchrun-ranks",
+        text=(
             "[rank0]: Traceback (most recent call last):\n"
             "[rank0]: torch.OutOfMemoryError: CUDA out of memory.\n"
             "[rank0]: Tried to allocate 16.00 MiB.\n"
@@ -132,14 +189,23 @@ CORPUS = [
             "[rank0]: Process 26463 has 23.07 GiB memory in use.\n"
             "[rank0]: Of the allocated memory 22.70 GiB is allocated by PyTorch,\n"
             "[rank0]: and 58.17 MiB is reserved by PyTorch but unallocated.\n"
-            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"),
-        fields=dict(tried_bytes=mib(16), total_bytes=gib(23.56), free_bytes=mib(34.81),
-                    allocated_bytes=gib(22.70), wrapped_by=["torchrun"]),
-        run=dict(model="llama-3.1-8b", method="qlora", precision="bf16", batch_size=2,
-                 seq_len=2048),
-        first_fix="gradient_checkpointing"),
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"
+        ),
+        fields=dict(
+            tried_bytes=mib(16),
+            total_bytes=gib(23.56),
+            free_bytes=mib(34.81),
+            allocated_bytes=gib(22.70),
+            wrapped_by=["torchrun"],
+        ),
+        run=dict(
+            model="llama-3.1-8b", method="qlora", precision="bf16", batch_size=2, seq_len=2048
+        ),
+        first_fix="gradient_checkpointing",
+    ),
     dict(  # a Trainer run: the traceback through transformers' trainer.py, then the error
-        id="trainer-traceback", text=(
+        id="trainer-traceback",
+        text=(
             "Traceback (most recent call last):\n"
             '  File "/content/train.py", line 41, in <module>\n    trainer.train()\n'
             '  File "/usr/local/lib/python3.12/dist-packages/transformers/trainer.py", line 2245,'
@@ -152,51 +218,71 @@ CORPUS = [
             "GiB memory in use. Of the allocated memory 13.97 GiB is allocated by PyTorch, and "
             "262.21 MiB is reserved by PyTorch but unallocated. If reserved but unallocated "
             "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
-            "avoid fragmentation."),
+            "avoid fragmentation."
+        ),
         fields=dict(tried_bytes=mib(1002), total_bytes=gib(14.74), wrapped_by=["Trainer"]),
-        run=dict(model="llama-3.2-1b", method="full", precision="bf16-mixed", batch_size=8,
-                 seq_len=1024),
-        first_fix="lora"),
+        run=dict(
+            model="llama-3.2-1b", method="full", precision="bf16-mixed", batch_size=8, seq_len=1024
+        ),
+        first_fix="lora",
+    ),
     dict(  # Trainer(auto_find_batch_size=True): accelerate halved the batch down to zero
-        id="auto-find-batch-size", text=(
+        id="auto-find-batch-size",
+        text=(
             "Decreasing batch size to 2.\nDecreasing batch size to 1.\nTraceback (most recent "
-            "call last):\n  File \"accelerate/utils/memory.py\", line 174, in decorator\n"
-            "RuntimeError: No executable batch size found, reached zero."),
-        fields=dict(wording="batch-search", last_batch_size=1,
-                    wrapped_by=["auto_find_batch_size"]),
-        run=dict(model="llama-3.2-3b", method="lora", precision="bf16", batch_size=8,
-                 seq_len=2048),
-        gpu="T4", first_fix="gradient_checkpointing"),
+            'call last):\n  File "accelerate/utils/memory.py", line 174, in decorator\n'
+            "RuntimeError: No executable batch size found, reached zero."
+        ),
+        fields=dict(wording="batch-search", last_batch_size=1, wrapped_by=["auto_find_batch_size"]),
+        run=dict(model="llama-3.2-3b", method="lora", precision="bf16", batch_size=8, seq_len=2048),
+        gpu="T4",
+        first_fix="gradient_checkpointing",
+    ),
     dict(  # Apple MPS, binary units written GiB
-        id="mps", text=(
+        id="mps",
+        text=(
             "RuntimeError: MPS backend out of memory (MPS allocated: 14.29 GiB, other "
             "allocations: 3.65 GiB, max allowed: 20.13 GiB). Tried to allocate 2.67 GiB on "
             "shared pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for "
-            "memory allocations (may cause system failure)."),
-        fields=dict(backend="mps", allocated_bytes=gib(14.29), mps_other_bytes=gib(3.65),
-                    total_bytes=gib(20.13), tried_bytes=gib(2.67)),
-        run=dict(model="llama-3.2-3b", method="lora", precision="bf16", batch_size=2,
-                 seq_len=2048),
-        first_fix="gradient_checkpointing"),
+            "memory allocations (may cause system failure)."
+        ),
+        fields=dict(
+            backend="mps",
+            allocated_bytes=gib(14.29),
+            mps_other_bytes=gib(3.65),
+            total_bytes=gib(20.13),
+            tried_bytes=gib(2.67),
+        ),
+        run=dict(model="llama-3.2-3b", method="lora", precision="bf16", batch_size=2, seq_len=2048),
+        first_fix="gradient_checkpointing",
+    ),
     dict(  # older MPS: the same binary units written GB
-        id="mps-gb", text=(
+        id="mps-gb",
+        text=(
             "MPS backend out of memory (MPS allocated: 42.33 GB, other allocations: 3.00 GB, max "
-            "allowed: 45.90 GB). Tried to allocate 3.00 GB on private pool."),
-        fields=dict(backend="mps", total_bytes=gib(45.90), tried_bytes=gib(3))),
+            "allowed: 45.90 GB). Tried to allocate 3.00 GB on private pool."
+        ),
+        fields=dict(backend="mps", total_bytes=gib(45.90), tried_bytes=gib(3)),
+    ),
     dict(  # the driver, outside the caching allocator: no figures
-        id="driver", text=(
+        id="driver",
+        text=(
             "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously "
-            "reported at some other API call, so the stacktrace below might be incorrect."),
-        fields=dict(wording="driver", tried_bytes=None, total_bytes=None)),
+            "reported at some other API call, so the stacktrace below might be incorrect."
+        ),
+        fields=dict(wording="driver", tried_bytes=None, total_bytes=None),
+    ),
     dict(  # Windows (no NVML process lines), "0 bytes is free"
-        id="windows-no-processes", text=(
+        id="windows-no-processes",
+        text=(
             "CUDA out of memory. Tried to allocate 730.00 MiB. GPU 0 has a total capacity of 8.00 "
             "GiB of which 0 bytes is free. Of the allocated memory 6.52 GiB is allocated by "
-            "PyTorch, and 666.27 MiB is reserved by PyTorch but unallocated."),
+            "PyTorch, and 666.27 MiB is reserved by PyTorch but unallocated."
+        ),
         fields=dict(free_bytes=0, total_bytes=gib(8), reserved_bytes=gib(6.52) + mib(666.27)),
-        run=dict(model="gpt2", method="full", precision="bf16-mixed", batch_size=8,
-                 seq_len=1024),
-        first_fix="gradient_checkpointing"),
+        run=dict(model="gpt2", method="full", precision="bf16-mixed", batch_size=8, seq_len=1024),
+        first_fix="gradient_checkpointing",
+    ),
 ]
 
 
@@ -216,8 +302,11 @@ def test_real_messages_are_read_field_by_field(case):
             assert got == expected, (name, got, expected)
 
 
-@pytest.mark.parametrize("case", [c for c in CORPUS if "first_fix" in c],
-                         ids=[c["id"] for c in CORPUS if "first_fix" in c])
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CORPUS if "first_fix" in c],
+    ids=[c["id"] for c in CORPUS if "first_fix" in c],
+)
 def test_the_first_fix_for_each_message(case):
     run = dict(case.get("run", {}))
     diagnosis = oom_doctor(case["text"], gpu=case.get("gpu"), **run)
@@ -228,7 +317,7 @@ def test_the_first_fix_for_each_message(case):
         assert case["how"] in first.how
     if first.report is not None:  # a change of the run: its peak fits what the card offered
         assert first.peak_bytes == first.report.total_bytes
-        assert 0 <= first.spare_bytes and first.peak_bytes <= diagnosis.budget_bytes
+        assert first.spare_bytes >= 0 and first.peak_bytes <= diagnosis.budget_bytes
         settings = {k: v for k, v in run.items() if k != "model"}
         if diagnosis.message.wording == "batch-search":
             settings["batch_size"] = 1  # Trainer already halved it down to one
@@ -239,8 +328,9 @@ def test_the_first_fix_for_each_message(case):
 
 def test_the_budget_is_what_this_process_held_plus_what_was_free():
     case = next(c for c in CORPUS if c["id"] == "pytorch-2.8-other-process")
-    d = oom_doctor(case["text"], model="7B", method="qlora", precision="bf16", batch_size=4,
-                   seq_len=2048)
+    d = oom_doctor(
+        case["text"], model="7B", method="qlora", precision="bf16", batch_size=4, seq_len=2048
+    )
     m = d.message
     assert d.budget_bytes == m.free_bytes + m.process_bytes
     others = m.total_bytes - d.budget_bytes  # 4.08 GiB listed, plus what the driver keeps
@@ -255,22 +345,36 @@ def test_the_budget_is_what_this_process_held_plus_what_was_free():
 
 def test_fixes_are_ranked_cheapest_first_and_each_fits():
     text = next(c for c in CORPUS if c["id"] == "pytorch-2.1-this-process")["text"]
-    d = oom_doctor(text, model="gpt2", method="full", precision="bf16-mixed", batch_size=16,
-                   seq_len=1024)
+    d = oom_doctor(
+        text, model="gpt2", method="full", precision="bf16-mixed", batch_size=16, seq_len=1024
+    )
     keys = [f.key for f in d.fixes]
     assert len(keys) == len(set(keys)) >= 3, keys
-    order = ["gradient_checkpointing", "8bit_optimizer", "precision", "smaller_micro_batch",
-             "shorter_sequence", "lora", "qlora", "offload_optimizer", "more_gpus"]
+    order = [
+        "gradient_checkpointing",
+        "8bit_optimizer",
+        "precision",
+        "smaller_micro_batch",
+        "shorter_sequence",
+        "lora",
+        "qlora",
+        "offload_optimizer",
+        "more_gpus",
+    ]
     assert keys == sorted(keys, key=order.index)
     assert all(f.peak_bytes <= d.budget_bytes for f in d.fixes)
-    assert "gradient_accumulation_steps" in next(
-        f.how for f in d.fixes if f.key == "smaller_micro_batch") or "smaller_micro_batch" not in keys
+    assert (
+        "gradient_accumulation_steps"
+        in next(f.how for f in d.fixes if f.key == "smaller_micro_batch")
+        or "smaller_micro_batch" not in keys
+    )
 
 
 def test_a_run_that_fits_on_paper_points_at_what_else_holds_memory():
     text = next(c for c in CORPUS if c["id"] == "pytorch-2.1-this-process")["text"]
-    d = oom_doctor(text, model="gpt2", method="full", precision="bf16-mixed", batch_size=1,
-                   seq_len=128)
+    d = oom_doctor(
+        text, model="gpt2", method="full", precision="bf16-mixed", batch_size=1, seq_len=128
+    )
     assert d.report.total_bytes < d.budget_bytes
     assert any("above the estimate" in f for f in d.findings), d.findings
 
@@ -279,21 +383,39 @@ def test_the_same_run_from_the_objects_a_learner_has():
     from peft import LoraConfig
     from transformers import BitsAndBytesConfig, LlamaConfig, TrainingArguments
 
-    args = TrainingArguments(output_dir="unused", per_device_train_batch_size=8,
-                             gradient_accumulation_steps=2, bf16=True, use_cpu=True,
-                             report_to=[], optim="paged_adamw_8bit")
+    args = TrainingArguments(
+        output_dir="unused",
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+        bf16=True,
+        use_cpu=True,
+        report_to=[],
+        optim="paged_adamw_8bit",
+    )
     lora = LoraConfig(r=16, target_modules=["q_proj", "v_proj"])
-    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                             bnb_4bit_use_double_quant=True)
+    bnb = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True
+    )
     spec = lessonkit.get_preset("llama-2-7b")
-    config = LlamaConfig(hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-                         num_hidden_layers=spec.n_layers, num_attention_heads=spec.n_heads,
-                         vocab_size=spec.vocab_size)
+    config = LlamaConfig(
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.n_layers,
+        num_attention_heads=spec.n_heads,
+        vocab_size=spec.vocab_size,
+    )
     text = next(c for c in CORPUS if c["id"] == "pytorch-2.1-this-process")["text"]
     from_objects = oom_doctor(text, args, lora, bnb, model=config, seq_len=1024)
-    direct = oom_doctor(text, model="llama-2-7b", method="qlora", precision="bf16",
-                        optimizer="paged-adamw-8bit", batch_size=8, gradient_accumulation=2,
-                        seq_len=1024)
+    direct = oom_doctor(
+        text,
+        model="llama-2-7b",
+        method="qlora",
+        precision="bf16",
+        optimizer="paged-adamw-8bit",
+        batch_size=8,
+        gradient_accumulation=2,
+        seq_len=1024,
+    )
     assert from_objects.report.total_bytes == direct.report.total_bytes
     assert [f.key for f in from_objects.fixes] == [f.key for f in direct.fixes]
     assert any("TrainingArguments" in n for n in from_objects.notes)
@@ -304,8 +426,13 @@ def test_a_trainer_is_read_without_touching_its_weights():
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
     model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1000))
-    args = TrainingArguments(output_dir="unused", per_device_train_batch_size=4,
-                             activation_checkpointing=True, use_cpu=True, report_to=[])
+    args = TrainingArguments(
+        output_dir="unused",
+        per_device_train_batch_size=4,
+        activation_checkpointing=True,
+        use_cpu=True,
+        report_to=[],
+    )
     trainer = Trainer(model=model, args=args)
     before = [p.detach().clone() for p in model.parameters()]
     from lessonkit.planning.training_objects import describe_run
@@ -317,11 +444,26 @@ def test_a_trainer_is_read_without_touching_its_weights():
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
-ODD = [None, 0, -1, 1e308, float("nan"), "", " ", "out of memory", b"\xff\xfe", object(),
-       ["CUDA out of memory"], {"text": 1}, "CUDA out of memory. Tried to allocate",
-       "CUDA out of memory. Tried to allocate 99999999999999999999 GiB.",
-       "x" * 3_000_000, "CUDA out of memory. " * 20000, ValueError("no"),
-       "HIP out of memory. GPU -1 has a total capacity of nan GiB"]
+ODD = [
+    None,
+    0,
+    -1,
+    1e308,
+    float("nan"),
+    "",
+    " ",
+    "out of memory",
+    b"\xff\xfe",
+    object(),
+    ["CUDA out of memory"],
+    {"text": 1},
+    "CUDA out of memory. Tried to allocate",
+    "CUDA out of memory. Tried to allocate 99999999999999999999 GiB.",
+    "x" * 3_000_000,
+    "CUDA out of memory. " * 20000,
+    ValueError("no"),
+    "HIP out of memory. GPU -1 has a total capacity of nan GiB",
+]
 
 
 class Unprintable(Exception):
@@ -339,11 +481,20 @@ def test_odd_input_never_raises(odd):
     assert time.perf_counter() - start < 5
 
 
-@pytest.mark.parametrize("settings", [
-    dict(model=object()), dict(model="nosuch-model"), dict(model="7B", batch_size="lots"),
-    dict(model="7B", method="sideways"), dict(model="7B", gpu=42), dict(model="7B", gpu="T5"),
-    dict(model="7B", unknown_setting=1), dict(model={"model_type": "bert"}),
-    dict(model="7B", seq_len=-4)])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(model=object()),
+        dict(model="nosuch-model"),
+        dict(model="7B", batch_size="lots"),
+        dict(model="7B", method="sideways"),
+        dict(model="7B", gpu=42),
+        dict(model="7B", gpu="T5"),
+        dict(model="7B", unknown_setting=1),
+        dict(model={"model_type": "bert"}),
+        dict(model="7B", seq_len=-4),
+    ],
+)
 def test_odd_settings_never_raise_and_say_what_was_wrong(settings):
     text = CORPUS[2]["text"]
     d = oom_doctor(text, **settings)
@@ -374,15 +525,20 @@ def test_watch_prints_the_diagnosis_and_reraises_the_same_error(capsys):
 
 def test_watch_catches_torchs_own_out_of_memory_error(capsys):
     torch = pytest.importorskip("torch")
-    with pytest.raises(torch.OutOfMemoryError):
-        with oom_doctor.watch():
-            raise torch.OutOfMemoryError(CORPUS[4]["text"].split(": ", 1)[1])
+    with pytest.raises(torch.OutOfMemoryError), oom_doctor.watch():
+        raise torch.OutOfMemoryError(CORPUS[4]["text"].split(": ", 1)[1])
     assert "Another process held" in capsys.readouterr().out
 
 
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lessonkit", "oom", *args], input=stdin,
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "lessonkit", "oom", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
 
 
 def test_cli_reads_the_message_as_an_argument_or_from_stdin():
@@ -434,13 +590,19 @@ def test_a_real_cuda_out_of_memory_error_is_read():
     assert d.recognized and d.budget_bytes <= total
 
 
-@pytest.mark.parametrize("change, key, words", [
-    ({"loss": "chunked"}, "loss", "CEWithChunkedOutputLoss"),
-    ({"optimizer_in_backward": True}, "optimizer_in_backward", "optimizer_in_bwd"),
-    ({"gradient_checkpointing": True, "activation_offload": True}, "activation_offload",
-     "activation_offloading=True"),
-    ({"no_sync": False}, "no_sync", "sync_each_batch"),
-])
+@pytest.mark.parametrize(
+    "change, key, words",
+    [
+        ({"loss": "chunked"}, "loss", "CEWithChunkedOutputLoss"),
+        ({"optimizer_in_backward": True}, "optimizer_in_backward", "optimizer_in_bwd"),
+        (
+            {"gradient_checkpointing": True, "activation_offload": True},
+            "activation_offload",
+            "activation_offloading=True",
+        ),
+        ({"no_sync": False}, "no_sync", "sync_each_batch"),
+    ],
+)
 def test_each_memory_saver_is_named_as_itself(change, key, words):
     """A saver's fix says what it is and how to turn it on, not 'Gradient checkpointing'."""
     from lessonkit.planning.oom import _fix_from_change
@@ -452,8 +614,11 @@ def test_each_memory_saver_is_named_as_itself(change, key, words):
 def test_the_trainer_settings_the_fixes_name_exist(tmp_path):
     transformers = pytest.importorskip("transformers")
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), use_cpu=True, report_to=[],
-        accelerator_config={"gradient_accumulation_kwargs": {"sync_each_batch": True}})
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        report_to=[],
+        accelerator_config={"gradient_accumulation_kwargs": {"sync_each_batch": True}},
+    )
     assert args.accelerator_config.gradient_accumulation_kwargs == {"sync_each_batch": True}
 
 
@@ -465,11 +630,25 @@ def test_fsdp_trainer_arguments_keep_full_gradients_unless_synced_each_batch(syn
 
     from lessonkit.planning.training_objects import describe_run
 
-    extra = {} if sync_each_batch is None else {"accelerator_config": {
-        "gradient_accumulation_kwargs": {"sync_each_batch": sync_each_batch}}}
-    args = TrainingArguments(output_dir="unused", per_device_train_batch_size=2,
-                             gradient_accumulation_steps=4, bf16=True, use_cpu=True,
-                             report_to=[], fsdp="full_shard", **extra)
+    extra = (
+        {}
+        if sync_each_batch is None
+        else {
+            "accelerator_config": {
+                "gradient_accumulation_kwargs": {"sync_each_batch": sync_each_batch}
+            }
+        }
+    )
+    args = TrainingArguments(
+        output_dir="unused",
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=4,
+        bf16=True,
+        use_cpu=True,
+        report_to=[],
+        fsdp="full_shard",
+        **extra,
+    )
     run = describe_run(args, model="llama-2-7b", n_gpus=8)
     assert run.settings["zero_stage"] == 3
     assert run.settings.get("no_sync", False) is (sync_each_batch is None)

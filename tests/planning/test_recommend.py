@@ -9,8 +9,14 @@ import pytest
 
 from lessonkit import LessonkitError, estimate, get_environment, get_gpu, recommend
 from lessonkit.hardware.environments import list_environments
-from lessonkit.planning.fitting import QLORA_SLOWDOWN, compute_hours, find_fit, run_hours, usual_precision
 from lessonkit.models.spec import resolve_model
+from lessonkit.planning.fitting import (
+    QLORA_SLOWDOWN,
+    compute_hours,
+    find_fit,
+    run_hours,
+    usual_precision,
+)
 from lessonkit.units import GiB
 
 
@@ -58,8 +64,10 @@ def test_the_guides_a100_full_7b_claim_is_shown_to_disagree_with_the_numbers(low
     assert plain > get_gpu("A100 80GB").usable_bytes >= eight_bit
     assert "disagrees" in line
     assert f"{plain / GiB:.1f} GiB" in line and f"8-bit AdamW ({eight_bit / GiB:.1f} GiB)" in line
-    assert not any(o.method == "full" and o.count == 1 and o.gpu == "A100 80GB"
-                   for o in recommend("7B", method="full").options)
+    assert not any(
+        o.method == "full" and o.count == 1 and o.gpu == "A100 80GB"
+        for o in recommend("7B", method="full").options
+    )
 
 
 def test_high_budget_7b_includes_the_guides_local_rtx_4090(low7b):
@@ -78,8 +86,9 @@ def test_without_a_budget_the_workstation_is_compared_at_its_amortized_price():
     for option in local:
         offer = env.offer(option.gpu)
         spread = sum(offer.purchase_usd) / 2 / env.amortize_hours
-        assert option.price_per_hour == pytest.approx((offer.price_per_hour.typical + spread)
-                                                      * option.count)
+        assert option.price_per_hour == pytest.approx(
+            (offer.price_per_hour.typical + spread) * option.count
+        )
         assert option.cost_usd == pytest.approx(option.hours * option.price_per_hour)
     # A machine you would buy is never offered as one to rent.
     from lessonkit.health.verdict import no_gpu_lines
@@ -98,8 +107,9 @@ def test_each_environment_left_out_says_the_true_reason():
     free = recommend("7B", method="lora", budget="free")
     for key in ("colab-paid", "lambda", "runpod"):
         assert free.left_out[key].startswith("over budget")
-        cheapest = min(o.price_per_hour for o in recommend("7B", method="lora",
-                                                           platform=key).options)
+        cheapest = min(
+            o.price_per_hour for o in recommend("7B", method="lora", platform=key).options
+        )
         assert f"${cheapest:.2f}/h" in free.left_out[key]
     # Memory comes first: a run no setup holds is left out for memory, whatever the budget.
     for budget in (None, "low", "free"):
@@ -127,11 +137,10 @@ def test_an_environment_whose_gpus_all_fail_says_so(monkeypatch):
 
 
 def test_the_usual_precision_per_method_is_what_the_options_use(low7b):
-    assert {o.method: o.settings["precision"] for o in low7b.options
-            if get_gpu(o.gpu).native_bf16} == {"full": "bf16-mixed", "lora": "bf16",
-                                                "qlora": "bf16"}
-    assert [usual_precision(m) for m in ("full", "lora", "qlora")] == \
-        ["bf16-mixed", "bf16", "bf16"]
+    assert {
+        o.method: o.settings["precision"] for o in low7b.options if get_gpu(o.gpu).native_bf16
+    } == {"full": "bf16-mixed", "lora": "bf16", "qlora": "bf16"}
+    assert [usual_precision(m) for m in ("full", "lora", "qlora")] == ["bf16-mixed", "bf16", "bf16"]
     assert usual_precision("full", native_bf16=False) == "fp16-mixed"
 
 
@@ -159,16 +168,24 @@ def test_time_and_cost_follow_6_n_t_plus_attention_and_overheads_at_the_stated_m
     ckpt = option.settings["gradient_checkpointing"]
     per_token = {"full": 6, "lora": 4, "qlora": 4}[option.method] + (2 if ckpt else 0)
     attention = (12 + (4 if ckpt else 0)) * spec.n_layers * spec.n_heads * spec.head_dim * 512
-    steps = ((per_token * spec.n_params + attention) * 20e6
-             / (option.count * gpu.bf16_tflops * 1e12 * 0.35) / 3600)
+    steps = (
+        (per_token * spec.n_params + attention)
+        * 20e6
+        / (option.count * gpu.bf16_tflops * 1e12 * 0.35)
+        / 3600
+    )
     steps *= QLORA_SLOWDOWN if option.method == "qlora" else 1
     startup = 5 / 60 + 2 * spec.n_params / 200e6 / 3600
     save = 12 * spec.n_params / 500e6 / 3600 if option.method == "full" else 0.0
     assert option.hours == pytest.approx(steps + startup + int(steps) * save)
     assert option.cost_usd == pytest.approx(option.hours * option.price_per_hour)
     slower = recommend("70B", tokens="20M", mfu=0.175)
-    same = next(o for o in slower.options if (o.environment, o.gpu, o.count, o.method) ==
-                (option.environment, option.gpu, option.count, option.method))
+    same = next(
+        o
+        for o in slower.options
+        if (o.environment, o.gpu, o.count, o.method)
+        == (option.environment, option.gpu, option.count, option.method)
+    )
     assert same.hours == pytest.approx(2 * steps + startup + int(2 * steps) * save)
 
 
@@ -186,7 +203,8 @@ def test_run_time_grows_with_the_sequence_and_counts_fixed_overheads():
     assert long > 2 * short  # attention's FLOPs grow with the tokens each token attends to
     assert run_hours(spec, "full", 1e7, 312, seq_len=128) > short + 5 / 60
     assert run_hours(spec, "lora", 1e7, 312, sessions=3) == pytest.approx(
-        run_hours(spec, "lora", 1e7, 312) + 2 * (5 / 60 + 2 * spec.n_params / 200e6 / 3600))
+        run_hours(spec, "lora", 1e7, 312) + 2 * (5 / 60 + 2 * spec.n_params / 200e6 / 3600)
+    )
 
 
 def test_free_tiers_keep_their_session_and_weekly_limits():
@@ -203,7 +221,9 @@ def test_free_tiers_keep_their_session_and_weekly_limits():
     kaggle = next(o for o in mid.options if o.environment == "kaggle")
     assert 12 < kaggle.hours <= 30 and kaggle.sessions == math.ceil(kaggle.hours / 12)
     assert f"{kaggle.sessions} sessions of up to 12 h" in kaggle.note and "quota" in kaggle.note
-    assert "colab-free" in mid.left_out and not any(o.environment == "colab-free" for o in mid.options)
+    assert "colab-free" in mid.left_out and not any(
+        o.environment == "colab-free" for o in mid.options
+    )
     short = recommend("0.5B", method="qlora", tokens=1e6)
     colab = next(o for o in short.options if o.environment == "colab-free")
     assert colab.sessions == 1 and colab.hours < 12
@@ -241,7 +261,11 @@ def test_free_budget_and_platforms_restrict_the_options():
     assert {o.environment for o in colab.options} == {"colab-free", "colab-paid"}
     tier2 = recommend("7B", platform="engineer")
     assert {o.tier for o in tier2.options} == {"engineer"}
-    assert {o.environment for o in recommend("7B", platform=3).options} <= {"sagemaker", "vertex-ai", "azure-ml"}
+    assert {o.environment for o in recommend("7B", platform=3).options} <= {
+        "sagemaker",
+        "vertex-ai",
+        "azure-ml",
+    }
     assert {o.environment for o in recommend("7B", platform="local").options} == {"local"}
     assert all(o.price_per_hour <= 1.0 for o in recommend("7B", budget="$1/h").options)
 
@@ -255,17 +279,31 @@ def test_outputs_are_complete(low7b):
     assert math.isclose(low7b.best.headroom_bytes, low7b.best.usable_bytes - low7b.best.peak_bytes)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(budget=-1), "budget"), (dict(budget="cheap"), "budget"), (dict(tokens=0), "tokens"),
-    (dict(tokens="lots"), "tokens"), (dict(method="qlroa"), "method"),
-    (dict(platform="lamda"), "Did you mean 'lambda'"), (dict(mfu=1.5), "mfu"),
-    (dict(batch_size="4"), "batch_size must be a whole number"), (dict(batch_size=0), "batch_size"),
-    (dict(batch_size=2.5), "batch_size"), (dict(batch_size=10**6), "batch_size must be at most"),
-    (dict(seq_len=None), "seq_len must be a whole number"), (dict(seq_len=-512), "seq_len"),
-    (dict(seq_len=10**9), "seq_len must be at most"), (dict(mfu="0.3"), "mfu"),
-    (dict(budget=[2]), "budget"), (dict(tokens=[1]), "tokens"), (dict(method=3), "method"),
-    (dict(platform=[1]), "environment"), (dict(platform=2.5), "environment"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(budget=-1), "budget"),
+        (dict(budget="cheap"), "budget"),
+        (dict(tokens=0), "tokens"),
+        (dict(tokens="lots"), "tokens"),
+        (dict(method="qlroa"), "method"),
+        (dict(platform="lamda"), "Did you mean 'lambda'"),
+        (dict(mfu=1.5), "mfu"),
+        (dict(batch_size="4"), "batch_size must be a whole number"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(batch_size=2.5), "batch_size"),
+        (dict(batch_size=10**6), "batch_size must be at most"),
+        (dict(seq_len=None), "seq_len must be a whole number"),
+        (dict(seq_len=-512), "seq_len"),
+        (dict(seq_len=10**9), "seq_len must be at most"),
+        (dict(mfu="0.3"), "mfu"),
+        (dict(budget=[2]), "budget"),
+        (dict(tokens=[1]), "tokens"),
+        (dict(method=3), "method"),
+        (dict(platform=[1]), "environment"),
+        (dict(platform=2.5), "environment"),
+    ],
+)
 def test_bad_input_is_a_clear_lessonkit_error(kwargs, message):
     with pytest.raises(LessonkitError, match=message):
         recommend("7B", **kwargs)
@@ -282,12 +320,22 @@ def test_fits_takes_bytes_sizes_and_gpus_and_refuses_anything_else():
     t4 = get_gpu("T4")
     peak = report.total_bytes
     assert report.fits(peak) and not report.fits(peak - 1)
-    assert report.fits(f"{peak / 1e9 + 0.01:.2f} GB") and not report.fits(f"{peak / 1e9 - 0.01:.2f} GB")
-    assert report.fits(f"{peak / GiB + 0.01:.2f} GiB") and not report.fits(f"{peak / GiB - 0.01:.2f}GiB")
+    assert report.fits(f"{peak / 1e9 + 0.01:.2f} GB") and not report.fits(
+        f"{peak / 1e9 - 0.01:.2f} GB"
+    )
+    assert report.fits(f"{peak / GiB + 0.01:.2f} GiB") and not report.fits(
+        f"{peak / GiB - 0.01:.2f}GiB"
+    )
     assert report.fits(t4) == t4.fits(report) == (peak <= t4.usable_bytes)
-    for bad, message in [("lots", "size such as '16 GB'"), ("16 parsecs", "unit"),
-                         (None, "GPU memory must be"), ([16e9], "GPU memory must be"),
-                         (True, "GPU memory must be"), (float("nan"), "finite"), (-1, ">= 0")]:
+    for bad, message in [
+        ("lots", "size such as '16 GB'"),
+        ("16 parsecs", "unit"),
+        (None, "GPU memory must be"),
+        ([16e9], "GPU memory must be"),
+        (True, "GPU memory must be"),
+        (float("nan"), "finite"),
+        (-1, ">= 0"),
+    ]:
         with pytest.raises(LessonkitError, match=message):
             report.fits(bad)
 
@@ -307,8 +355,12 @@ def test_cached_estimates_are_copies_a_caller_may_change():
     # One cache for every caller: the same settings give equal reports, never the same object.
     a = estimate_cached("7B", method="lora", precision="bf16", batch_size=4, seq_len=1024)
     b = estimate_cached("7B", method="lora", precision="bf16", batch_size=4, seq_len=1024)
-    assert a is not b and a.to_dict() == b.to_dict() == estimate(
-        "7B", method="lora", precision="bf16", batch_size=4, seq_len=1024).to_dict()
+    assert (
+        a is not b
+        and a.to_dict()
+        == b.to_dict()
+        == estimate("7B", method="lora", precision="bf16", batch_size=4, seq_len=1024).to_dict()
+    )
     # True is not 1: a setting's type is part of the key, so bad input stays bad.
     estimate_cached("7B", gradient_checkpointing=True)
     with pytest.raises(LessonkitError):
@@ -316,10 +368,13 @@ def test_cached_estimates_are_copies_a_caller_may_change():
     # Unhashable arguments are estimated afresh rather than refused.
     listed = estimate_cached("7B", method="lora", lora_targets=["q_proj", "v_proj"])
     assert listed.total_bytes == estimate("7B", method="lora").total_bytes
-    assert _estimate(spec, "lora", True, 1, 0, 4, 512, False).total_bytes == find_fit(
-        spec, "lora", 10**15).peak_bytes
-    assert find_fit(spec, "lora", 10**15).report is not _estimate(spec, "lora", True, 1, 0, 4,
-                                                                  512, False)
+    assert (
+        _estimate(spec, "lora", True, 1, 0, 4, 512, False).total_bytes
+        == find_fit(spec, "lora", 10**15).peak_bytes
+    )
+    assert find_fit(spec, "lora", 10**15).report is not _estimate(
+        spec, "lora", True, 1, 0, 4, 512, False
+    )
 
 
 def test_the_widgets_use_the_one_cached_estimate_and_the_exercises_none(monkeypatch):
@@ -370,4 +425,3 @@ def test_the_health_verdict_and_the_decision_readout_carry_the_caveats_too():
         caveat = get_gpu(option.gpu).caveat
         if caveat:
             assert caveat.replace("'", "&#x27;").replace('"', "&quot;") in html_text
-

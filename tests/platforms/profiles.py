@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -51,8 +52,11 @@ def header(platform: str) -> str:
 
 def constraints(platform: str) -> list[str]:
     """``name==version`` lines for pip's ``-c``, without the packages kept local."""
-    return [f"{name}=={version}" for name, version in sorted(read(platform).items())
-            if name not in LOCAL and "+" not in version]
+    return [
+        f"{name}=={version}"
+        for name, version in sorted(read(platform).items())
+        if name not in LOCAL and "+" not in version
+    ]
 
 
 def requirements() -> list[str]:
@@ -60,7 +64,9 @@ def requirements() -> list[str]:
     the kernel and test tools."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     needed = [*project["dependencies"], *project["optional-dependencies"]["measure"]]
-    return [r for r in needed if normalize(re.split(r"[<>=!~ \[;]", r)[0]) not in LOCAL] + list(TOOLS)
+    return [r for r in needed if normalize(re.split(r"[<>=!~ \[;]", r)[0]) not in LOCAL] + list(
+        TOOLS
+    )
 
 
 def lowest() -> list[str]:

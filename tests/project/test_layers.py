@@ -17,8 +17,18 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "lessonkit"
 
 # Bottom to top. The shared modules at the package's top come first: every layer may use them.
-LAYERS = ("basics", "models", "memory", "hardware", "planning", "health", "charts", "widgets",
-          "exercises", "cli")
+LAYERS = (
+    "basics",
+    "models",
+    "memory",
+    "hardware",
+    "planning",
+    "health",
+    "charts",
+    "widgets",
+    "exercises",
+    "cli",
+)
 BASICS = {"errors", "units", "options", "safe_repr"}
 
 
@@ -52,7 +62,7 @@ def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     base = module.split(".") if module else []
     if not is_package:
         base = base[:-1]
-    base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+    base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
     return ".".join(base + ([node.module] if node.module else []))
 
 
@@ -79,7 +89,8 @@ def _is_type_checking(node: ast.AST) -> bool:
     test = getattr(node, "test", None)
     return isinstance(node, ast.If) and (
         (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
 
 
 def _statements(tree: ast.AST):
@@ -154,18 +165,27 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     for module, imports in sorted(graph.items()):
         for target in sorted(imports):
             if rank[layer_of(target)] > rank[layer_of(module)]:
-                wrong.append(f"{module} ({layer_of(module)}) imports {target} "
-                             f"({layer_of(target)})")
+                wrong.append(f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})")
     return wrong
 
 
 # ----- the checker checked ------------------------------------------------------------------
 def test_the_import_reader_sees_deferred_and_relative_imports():
-    known = {"memory", "memory.report", "memory.timeline", "units", "models", "models.spec",
-             "planning", "planning.fitting"}
-    source = ("import os\nfrom .report import MemoryReport\nfrom .. import units\n\n"
-              "def f():\n    from ..planning.fitting import x\n    import lessonkit.models.spec\n"
-              "\nif TYPE_CHECKING:\n    from .timeline import Timeline\n")
+    known = {
+        "memory",
+        "memory.report",
+        "memory.timeline",
+        "units",
+        "models",
+        "models.spec",
+        "planning",
+        "planning.fitting",
+    }
+    source = (
+        "import os\nfrom .report import MemoryReport\nfrom .. import units\n\n"
+        "def f():\n    from ..planning.fitting import x\n    import lessonkit.models.spec\n"
+        "\nif TYPE_CHECKING:\n    from .timeline import Timeline\n"
+    )
     names: set[str] = set()
     for statement in _statements(ast.parse(source)):
         names |= _imported(statement, "memory.estimating", False, known)
@@ -175,11 +195,17 @@ def test_the_import_reader_sees_deferred_and_relative_imports():
 
 
 def test_the_layer_check_catches_an_upward_import():
-    graph = {"memory.estimating": {"planning.fitting", "units"}, "planning.fitting":
-             {"memory.estimating"}, "units": set(), "errors": {"models.spec"}, "models.spec": set()}
+    graph = {
+        "memory.estimating": {"planning.fitting", "units"},
+        "planning.fitting": {"memory.estimating"},
+        "units": set(),
+        "errors": {"models.spec"},
+        "models.spec": set(),
+    }
     assert upward_imports(graph) == [
         "errors (basics) imports models.spec (models)",
-        "memory.estimating (memory) imports planning.fitting (planning)"]
+        "memory.estimating (memory) imports planning.fitting (planning)",
+    ]
 
 
 # ----- the package ---------------------------------------------------------------------------
@@ -232,7 +258,9 @@ def _notebook_code(path: Path) -> str:
     for cell in cells:
         if cell["cell_type"] == "code":
             source = "".join(cell["source"])
-            lines += [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+            lines += [
+                line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))
+            ]
     return "\n".join(lines)
 
 
@@ -283,16 +311,24 @@ def private_uses(code: str) -> list[str]:
 
 
 def test_the_notebook_import_check_catches_private_names():
-    code = ("import lessonkit as lk\nfrom lessonkit import charts\n"
-            "from lessonkit.memory.estimating import estimate\n"
-            "from lessonkit.planning import find_fit, _estimate\n"
-            "lk.estimate('7B'); lk.vram; charts.draw_breakdown; charts.LABELS\n")
-    assert private_uses(code) == ["charts.LABELS", "from lessonkit.memory.estimating import ...",
-                                  "from lessonkit.planning import _estimate", "lk.vram"]
+    code = (
+        "import lessonkit as lk\nfrom lessonkit import charts\n"
+        "from lessonkit.memory.estimating import estimate\n"
+        "from lessonkit.planning import find_fit, _estimate\n"
+        "lk.estimate('7B'); lk.vram; charts.draw_breakdown; charts.LABELS\n"
+    )
+    assert private_uses(code) == [
+        "charts.LABELS",
+        "from lessonkit.memory.estimating import ...",
+        "from lessonkit.planning import _estimate",
+        "lk.vram",
+    ]
 
 
-@pytest.mark.parametrize("path", sorted(p for folder in NOTEBOOK_FOLDERS
-                                        for p in (PACKAGE.parent / folder).glob("*.ipynb")),
-                         ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for folder in NOTEBOOK_FOLDERS for p in (PACKAGE.parent / folder).glob("*.ipynb")),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
 def test_notebooks_use_only_public_names(path):
     assert private_uses(_notebook_code(path)) == []

@@ -6,11 +6,11 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,8 +18,11 @@ HEAVY = ("torch", "transformers", "matplotlib", "peft", "ipywidgets")
 
 
 def test_import_is_light():
-    code = ("import sys, time; t = time.perf_counter(); import lessonkit; "
-            "print(time.perf_counter() - t); print(','.join(m for m in %r if m in sys.modules))" % (HEAVY,))
+    code = (
+        "import sys, time; t = time.perf_counter(); import lessonkit; "
+        "print(time.perf_counter() - t); print(','.join(m for m in %r if m in sys.modules))"
+        % (HEAVY,)
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     seconds, loaded = out.stdout.splitlines()[0], out.stdout.splitlines()[1:]
     assert loaded in ([], [""]), f"import lessonkit pulled in {loaded}"
@@ -79,10 +82,18 @@ def test_ci_runs_the_readme_test_command():
 
 def test_cli_output_piped_into_a_closed_reader_does_not_crash():
     # The reader (`true`) exits before the CLI writes, so every write meets a closed pipe.
-    code = ("import time, sys; time.sleep(0.5); from lessonkit.cli import main; "
-            "sys.exit(main(['recommend', '--model', '7B']))")
-    run = subprocess.run(f"set -o pipefail; {sys.executable} -c \"{code}\" | true", shell=True,
-                         capture_output=True, text=True, executable="/bin/bash", cwd=ROOT)
+    code = (
+        "import time, sys; time.sleep(0.5); from lessonkit.cli import main; "
+        "sys.exit(main(['recommend', '--model', '7B']))"
+    )
+    run = subprocess.run(
+        f'set -o pipefail; {sys.executable} -c "{code}" | true',
+        shell=True,
+        capture_output=True,
+        text=True,
+        executable="/bin/bash",
+        cwd=ROOT,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
 
@@ -112,8 +123,13 @@ def _fake_venv(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("extra", ["", "--no-browser --port 8899"])
 def test_make_course_passes_jupyter_args_and_allows_root_when_root(tmp_path, extra):
     venv = _fake_venv(tmp_path)
-    run = subprocess.run(["make", "-s", "course", f"VENV={venv}", f"JUPYTER_ARGS={extra}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        ["make", "-s", "course", f"VENV={venv}", f"JUPYTER_ARGS={extra}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     args = run.stdout.split("jupyter lab", 1)[1].split()
     assert ("--allow-root" in args) == (os.getuid() == 0)
@@ -128,7 +144,9 @@ def test_pyproject_uses_an_spdx_licence_and_ships_the_data_package():
     project = _pyproject()
     assert project["project"]["license"] == "MIT"
     assert project["project"]["license-files"] == ["LICENSE"]
-    setuptools_req = next(r for r in project["build-system"]["requires"] if r.startswith("setuptools"))
+    setuptools_req = next(
+        r for r in project["build-system"]["requires"] if r.startswith("setuptools")
+    )
     assert int(setuptools_req.split(">=")[1].split(".")[0]) >= 77
     assert project["tool"]["setuptools"]["packages"]["find"]["include"] == ["lessonkit*"]
 
@@ -136,9 +154,23 @@ def test_pyproject_uses_an_spdx_licence_and_ships_the_data_package():
 def test_the_wheel_builds_without_warnings_and_holds_the_data(tmp_path):
     pytest.importorskip("setuptools", minversion="77")
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path), "-q"], capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, PIP_NO_INDEX="1"))
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(ROOT),
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PIP_NO_INDEX="1"),
+    )
     assert build.returncode == 0, build.stderr
     for warning in ("SetuptoolsDeprecationWarning", "License classifiers", "is absent from the"):
         assert warning not in build.stdout + build.stderr
@@ -169,7 +201,10 @@ def test_readme_python_example_runs_and_prints_what_it_says(capsys):
     assert claimed, "the README's comment no longer states the peak"
     from lessonkit.units import GiB
 
-    assert claimed.group(1) == f"{report.total_bytes / GiB:.2f}" and claimed.group(2) == report.peak_phase
+    assert (
+        claimed.group(1) == f"{report.total_bytes / GiB:.2f}"
+        and claimed.group(2) == report.peak_phase
+    )
     assert f"{report.total_bytes / GiB:.2f} GiB" in out
 
 
@@ -178,14 +213,33 @@ def test_readme_python_example_as_a_script_prints_what_the_cli_prints():
     `lessonkit check` and `lessonkit recommend` print them, not reprs."""
     code = _readme_block("## lessonkit in five lines", "python")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    script = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env, timeout=300, cwd=ROOT)
+    script = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT
+    )
     assert script.returncode == 0, script.stderr
     budget = re.search(r'recommend\("(\w+)", budget=(\d+), tokens=([\de.]+)\)', code)
-    cli = [subprocess.run([sys.executable, "-m", "lessonkit", *argv], capture_output=True,
-                          text=True, env=env, timeout=300, cwd=ROOT).stdout
-           for argv in (["check"], ["recommend", "--model", budget.group(1), "--budget",
-                                    budget.group(2), "--tokens", budget.group(3)])]
+    cli = [
+        subprocess.run(
+            [sys.executable, "-m", "lessonkit", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            cwd=ROOT,
+        ).stdout
+        for argv in (
+            ["check"],
+            [
+                "recommend",
+                "--model",
+                budget.group(1),
+                "--budget",
+                budget.group(2),
+                "--tokens",
+                budget.group(3),
+            ],
+        )
+    ]
     assert script.stdout.endswith(cli[0] + cli[1])
     assert "GPU health check:" in cli[0] and cli[1].startswith("Recommendation for 70B")
     assert "HealthReport(" not in script.stdout and "Recommendation(" not in script.stdout
@@ -201,35 +255,60 @@ def test_readme_gives_the_measured_size_of_the_environment():
     if ".venv" not in Path(sys.prefix).name or "+cpu" not in torch.__version__:
         pytest.skip("measured on the .venv/ that make test builds with the CPU build of torch")
     readme = " ".join((ROOT / "README.md").read_text().split())
-    stated = float(re.search(r"`\.venv/` measured ([\d.]+) GB after `make test` with the CPU "
-                             r"build of torch", readme).group(1))
+    stated = float(
+        re.search(
+            r"`\.venv/` measured ([\d.]+) GB after `make test` with the CPU "
+            r"build of torch",
+            readme,
+        ).group(1)
+    )
     used = subprocess.run(["du", "-sb", sys.prefix], capture_output=True, text=True, check=True)
     measured = int(used.stdout.split()[0]) / 1e9  # GB, as the README writes sizes
     assert abs(measured - stated) / stated < 0.15, f"{measured:.2f} GB here, README says {stated}"
 
 
 def test_readme_cli_examples_run_and_print_what_it_says():
-    commands = [line for line in _readme_block("The same from a shell:", "text").splitlines()
-                if line.startswith("lessonkit vram")]
+    commands = [
+        line
+        for line in _readme_block("The same from a shell:", "text").splitlines()
+        if line.startswith("lessonkit vram")
+    ]
     readme = " ".join((ROOT / "README.md").read_text().split())
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    vram = subprocess.run([sys.executable, "-m", "lessonkit", *commands[0].split()[1:]],
-                          capture_output=True, text=True, env=env, timeout=120)
+    vram = subprocess.run(
+        [sys.executable, "-m", "lessonkit", *commands[0].split()[1:]],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert vram.returncode == 0, vram.stderr
     verdict = next(line for line in vram.stdout.splitlines() if line.startswith("T4 "))
     assert verdict in readme
     # the same without --gradient-checkpointing: the README quotes its peak and the suggested fix
     argv = [a for a in commands[0].split()[1:] if a != "--gradient-checkpointing"]
-    without = subprocess.run([sys.executable, "-m", "lessonkit", *argv], capture_output=True,
-                             text=True, env=env, timeout=120)
+    without = subprocess.run(
+        [sys.executable, "-m", "lessonkit", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert without.returncode == 1
     need = re.search(r"this run needs ([\d.]+ GiB)", without.stdout).group(1)
     fix = next(line.strip() for line in without.stdout.splitlines() if "It fits with" in line)
     assert f"the run above needs {need}" in readme and f"`{fix}`" in readme
     for line in _readme_block("The same from a shell:", "text").splitlines():
         if "[" not in line:  # the check line shows optional flags
-            assert subprocess.run([sys.executable, "-m", "lessonkit", *line.split()[1:]],
-                                  capture_output=True, env=env, timeout=120).returncode == 0, line
+            assert (
+                subprocess.run(
+                    [sys.executable, "-m", "lessonkit", *line.split()[1:]],
+                    capture_output=True,
+                    env=env,
+                    timeout=120,
+                ).returncode
+                == 0
+            ), line
 
 
 def test_the_release_tag_names_the_package_version():

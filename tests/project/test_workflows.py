@@ -20,8 +20,11 @@ def readme_commands() -> dict[str, str]:
     block = re.search(r"```(?:bash|sh)?\n(.*?)```", setup, re.S)
     assert block, "README.md's set-up section has no code block"
     commands = [line.split("#", 1) for line in block.group(1).splitlines() if line.strip()]
-    tests = [cmd.strip() for cmd, *comment in commands
-             if "test" in cmd or any("test" in c for c in comment)]
+    tests = [
+        cmd.strip()
+        for cmd, *comment in commands
+        if "test" in cmd or any("test" in c for c in comment)
+    ]
     assert len(tests) == 1, f"expected one test command in the set-up block, got {tests}"
     gpu = sorted(set(re.findall(r"`(make [\w-]*gpu[\w-]*)`|^(make [\w-]*gpu[\w-]*)", text, re.M)))
     gpu_commands = sorted({a or b for a, b in gpu})
@@ -65,7 +68,9 @@ def test_workflow_is_well_formed(name: str) -> None:
         assert job.get("runs-on"), f"{name}: job {job_id} has no runs-on"
         assert job.get("timeout-minutes"), f"{name}: job {job_id} has no timeout"
         uses = [step["uses"] for step in job["steps"] if "uses" in step]
-        assert any(u.startswith("actions/checkout@") for u in uses), f"{name}: {job_id} never checks out"
+        assert any(u.startswith("actions/checkout@") for u in uses), (
+            f"{name}: {job_id} never checks out"
+        )
         assert all(re.search(r"@v\d+$", u) for u in uses), f"{name}: unpinned action in {uses}"
         for step in job["steps"]:
             assert ("run" in step) != ("uses" in step), f"{name}: a step needs run or uses: {step}"
@@ -86,16 +91,24 @@ def test_gpu_job_runs_the_tests_and_the_gpu_check_on_a_gpu_runner() -> None:
     commands = readme_commands()
     workflow = load("gpu.yml")
     assert "workflow_dispatch" in triggers(workflow)
-    gpu_jobs = [job for job in workflow["jobs"].values()
-                if isinstance(job["runs-on"], list) and {"self-hosted", "gpu"} <= set(job["runs-on"])]
+    gpu_jobs = [
+        job
+        for job in workflow["jobs"].values()
+        if isinstance(job["runs-on"], list) and {"self-hosted", "gpu"} <= set(job["runs-on"])
+    ]
     assert len(gpu_jobs) == 1, "gpu.yml needs one job on a self-hosted runner labelled gpu"
     lines = run_lines(gpu_jobs[0])
     assert commands["test"] in lines and commands["gpu"] in lines
     assert lines.index(commands["test"]) < lines.index(commands["gpu"])
-    uploads = [s for s in gpu_jobs[0]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+    uploads = [
+        s
+        for s in gpu_jobs[0]["steps"]
+        if str(s.get("uses", "")).startswith("actions/upload-artifact")
+    ]
     default_out = gpu_check_default_out()
-    assert uploads and (ROOT / uploads[0]["with"]["path"]).resolve() == default_out, \
+    assert uploads and (ROOT / uploads[0]["with"]["path"]).resolve() == default_out, (
         f"the GPU job should keep the results table, written to {default_out}"
+    )
 
 
 def gpu_check_default_out() -> Path:

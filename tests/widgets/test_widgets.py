@@ -16,19 +16,16 @@ matplotlib.use("Agg")
 import pytest
 
 from lessonkit import charts
-
-from lessonkit.charts import palette
-
-from lessonkit.charts import memory_charts
-from lessonkit.widgets import explorers as widgets
+from lessonkit.charts import memory_charts, palette
 from lessonkit.errors import LessonkitError
-from lessonkit.widgets.explorer import NO_CHART
-from lessonkit.planning.fitting import usual_precision
 from lessonkit.hardware.gpus import get_gpu, list_gpus
-from lessonkit.memory.report import CATEGORIES
-from lessonkit.units import GiB
-from lessonkit.planning.verdicts import flow_notes
 from lessonkit.memory.estimating import estimate
+from lessonkit.memory.report import CATEGORIES
+from lessonkit.planning.fitting import usual_precision
+from lessonkit.planning.verdicts import flow_notes
+from lessonkit.units import GiB
+from lessonkit.widgets import explorers as widgets
+from lessonkit.widgets.explorer import NO_CHART
 
 
 def settings_of(explorer) -> dict:
@@ -72,13 +69,17 @@ def check_vram_state(explorer) -> None:
     fit = [g.name for g in list_gpus() if g.fits(report)]
     if fit:
         assert sorted(fitting_names(explorer.readout.value)) == sorted(fit)
-        smallest = min((g for g in list_gpus() if g.fits(report)),
-                       key=lambda g: (g.usable_bytes, g.name))
+        smallest = min(
+            (g for g in list_gpus() if g.fits(report)), key=lambda g: (g.usable_bytes, g.name)
+        )
         room = (smallest.usable_bytes - report.total_bytes) / GiB
-        assert (f"Smallest that fits: {smallest.name}, {smallest.usable_text} usable, "
-                f"+{room:,.1f} GiB free.") in explorer.readout.value
-        assert explorer.chart.note.get_text() == "" or report.total_bytes > \
-            max(g.usable_bytes for g in list_gpus())
+        assert (
+            f"Smallest that fits: {smallest.name}, {smallest.usable_text} usable, "
+            f"+{room:,.1f} GiB free."
+        ) in explorer.readout.value
+        assert explorer.chart.note.get_text() == "" or report.total_bytes > max(
+            g.usable_bytes for g in list_gpus()
+        )
     else:
         assert "Does not fit on any single GPU" in explorer.readout.value
         assert "does not fit on any single GPU" in explorer.chart.note.get_text()
@@ -90,8 +91,9 @@ def vram():
 
 
 def test_vram_explorer_starts_where_estimate_does(vram):
-    assert settings_of(vram) == {k: v for k, v in widgets.SETUP_DEFAULTS.items()
-                                 if k != "loss_chunks"}
+    assert settings_of(vram) == {
+        k: v for k, v in widgets.SETUP_DEFAULTS.items() if k != "loss_chunks"
+    }
     assert vram.controls["loss_chunks"].value == widgets.SETUP_DEFAULTS["loss_chunks"]
     check_vram_state(vram)
     assert "lessonkit-readout" in vram.readout._dom_classes
@@ -182,7 +184,9 @@ def test_a_70b_full_fine_tune_does_not_fit_and_qlora_does(vram):
     assert "does not fit on any single GPU" in vram.chart.note.get_text()
     vram.controls["method"].value = "qlora"
     report = estimate("70B", **settings_of(vram))
-    assert sorted(fitting_names(vram.readout.value)) == sorted(g.name for g in list_gpus() if g.fits(report))
+    assert sorted(fitting_names(vram.readout.value)) == sorted(
+        g.name for g in list_gpus() if g.fits(report)
+    )
     assert vram.chart.note.get_text() == ""
 
 
@@ -209,8 +213,9 @@ def test_each_redraw_shows_one_png_of_the_current_chart(vram):
     png = base64.b64decode(output["data"]["image/png"])
     assert png == vram.png()
     width, height = Image.open(io.BytesIO(png)).size
-    assert (width, height) == tuple(int(v * widgets.CHART_DPI)
-                                    for v in vram.figure.get_size_inches())
+    assert (width, height) == tuple(
+        int(v * widgets.CHART_DPI) for v in vram.figure.get_size_inches()
+    )
     assert vram.output.layout.height == f"{height + 8}px"  # fixed height: nothing jumps
 
 
@@ -218,9 +223,19 @@ def test_a_redraw_paints_the_same_picture_as_a_full_draw(vram):
     import numpy as np
     from PIL import Image
 
-    changes = [("batch_size", 7), ("seq_len", 4096), ("method", "lora"), ("batch_size", 64),
-               ("lora_rank", 256), ("model", "70B"), ("batch_size", 2), ("n_gpus", 8),
-               ("zero_stage", 3), ("seq_len", 1024), ("model", "gpt2")]
+    changes = [
+        ("batch_size", 7),
+        ("seq_len", 4096),
+        ("method", "lora"),
+        ("batch_size", 64),
+        ("lora_rank", 256),
+        ("model", "70B"),
+        ("batch_size", 2),
+        ("n_gpus", 8),
+        ("zero_stage", 3),
+        ("seq_len", 1024),
+        ("model", "gpt2"),
+    ]
     for name, value in changes:
         vram.controls[name].value = value
         assert vram.error is None, vram.error
@@ -292,8 +307,12 @@ def widget_tree(widget) -> list:
 def test_the_explorers_use_only_core_widgets():
     import ipywidgets as W
 
-    explorers = [widgets.vram_explorer(), widgets.gpu_matrix_explorer(),
-                 widgets.environment_explorer(), widgets.decision_flow_explorer()]
+    explorers = [
+        widgets.vram_explorer(),
+        widgets.gpu_matrix_explorer(),
+        widgets.environment_explorer(),
+        widgets.decision_flow_explorer(),
+    ]
     for explorer in explorers:
         tree = widget_tree(explorer)
         assert len(tree) > 10 and explorer.output in tree and explorer.readout in tree
@@ -306,8 +325,12 @@ def test_the_explorers_use_only_core_widgets():
 
 
 def test_css_classes_are_set_and_documented():
-    explorers = [widgets.vram_explorer(), widgets.gpu_matrix_explorer(),
-                 widgets.environment_explorer(), widgets.decision_flow_explorer()]
+    explorers = [
+        widgets.vram_explorer(),
+        widgets.gpu_matrix_explorer(),
+        widgets.environment_explorer(),
+        widgets.decision_flow_explorer(),
+    ]
     doc = widgets.__doc__
     for explorer in explorers:
         assert "lessonkit-explorer" in explorer._dom_classes
@@ -332,8 +355,7 @@ def test_bad_starting_values_are_clear_errors():
 
 
 def test_starting_values_and_fixed_settings_reach_the_estimate():
-    explorer = widgets.vram_explorer("mistral-7b", method="qlora", batch_size=4,
-                                     attention="eager")
+    explorer = widgets.vram_explorer("mistral-7b", method="qlora", batch_size=4, attention="eager")
     assert explorer.controls["method"].value == "qlora"
     expected = estimate("mistral-7b", **settings_of(explorer), attention="eager")
     assert explorer.report.total_bytes == expected.total_bytes
@@ -348,8 +370,10 @@ def test_readouts_give_device_memory_and_shortfall_in_gib(gpus):
     text = widgets.fit_summary(report, shown)
     biggest = max(shown or list_gpus(), key=lambda g: g.usable_bytes)
     short = (report.total_bytes - biggest.usable_bytes) / GiB
-    assert (f"(largest: {biggest.name}, {biggest.usable_text} usable, short by {short:,.1f} GiB)"
-            in text)
+    assert (
+        f"(largest: {biggest.name}, {biggest.usable_text} usable, short by {short:,.1f} GiB)"
+        in text
+    )
     assert not re.search(r"\d GB usable", text)  # not "85 GB usable" for an 80 GB card
 
 
@@ -372,8 +396,9 @@ def test_without_a_catalog_the_readout_compares_with_full_card_sizes_in_gib():
 def test_gpu_matrix_explorer_every_control():
     explorer = widgets.gpu_matrix_explorer()
     guide = list_gpus(in_guide=True)
-    assert [g.name for g in explorer.drawn["gpus"]] == \
-        [g.name for g in sorted(guide, key=lambda g: (g.usable_bytes, g.name))]
+    assert [g.name for g in explorer.drawn["gpus"]] == [
+        g.name for g in sorted(guide, key=lambda g: (g.usable_bytes, g.name))
+    ]
     for name, widget in explorer.controls.items():
         start = widget.value
         for value in extremes(widget):
@@ -400,8 +425,13 @@ def test_environment_explorer_shows_each_environments_cheapest_fitting_setup():
             widget.value = value
             c = {k: w.value for k, w in explorer.controls.items()}
             try:
-                rec = recommend(c["model"], method=c["method"], tokens=c["tokens"],
-                                batch_size=c["batch_size"], seq_len=c["seq_len"])
+                rec = recommend(
+                    c["model"],
+                    method=c["method"],
+                    tokens=c["tokens"],
+                    batch_size=c["batch_size"],
+                    seq_len=c["seq_len"],
+                )
             except LessonkitError as exc:  # shown, not raised
                 assert "Cannot show this combination" in explorer.readout.value
                 assert type(explorer.error) is type(exc)
@@ -461,8 +491,10 @@ def expected_readout_lines(rec) -> list[str]:
     """For each method, what the readout must say: the recommendation's cheapest option."""
     lines = []
     for method, option in rec.best_per_method().items():
-        lines.append(f"<b>{html.escape(option.setup)}</b> on {html.escape(option.name)}, peak "
-                     f"{option.peak_bytes / GiB:,.1f} GiB per GPU")
+        lines.append(
+            f"<b>{html.escape(option.setup)}</b> on {html.escape(option.name)}, peak "
+            f"{option.peak_bytes / GiB:,.1f} GiB per GPU"
+        )
     return lines
 
 
@@ -478,21 +510,26 @@ def test_decision_flow_readout_agrees_with_recommend(size):
         rec = recommend(size, budget=asked)
         shown = explorer.recommendation
         assert (shown.model, shown.budget) == (rec.model, rec.budget)
-        assert [(o.environment, o.gpu, o.count, o.method, o.peak_bytes) for o in shown.options] \
-            == [(o.environment, o.gpu, o.count, o.method, o.peak_bytes) for o in rec.options]
+        assert [(o.environment, o.gpu, o.count, o.method, o.peak_bytes) for o in shown.options] == [
+            (o.environment, o.gpu, o.count, o.method, o.peak_bytes) for o in rec.options
+        ]
         for line in expected_readout_lines(rec):
             assert line in explorer.readout.value
         for method, option in rec.best_per_method().items():
             assert option.settings["precision"] == usual_precision(
-                method, get_gpu(option.gpu).native_bf16)
+                method, get_gpu(option.gpu).native_bf16
+            )
 
 
 def test_decision_flow_estimates_lora_in_bf16_not_fp32_under_autocast():
     explorer = widgets.decision_flow_explorer("70B")
     lora = explorer.recommendation.best_per_method()["lora"]
-    autocast = estimate("70B", method="lora", **{k: v for k, v in lora.settings.items()
-                                                  if k not in ("method", "precision")},
-                        device="cuda")
+    autocast = estimate(
+        "70B",
+        method="lora",
+        **{k: v for k, v in lora.settings.items() if k not in ("method", "precision")},
+        device="cuda",
+    )
     assert lora.settings["precision"] == "bf16"
     assert lora.peak_bytes < autocast.total_bytes
     assert f"{autocast.total_bytes / GiB:,.1f} GiB" not in explorer.readout.value
@@ -519,8 +556,10 @@ def test_decision_flow_explorer_follows_the_guide(size):
 
 
 def test_importing_widgets_is_cheap():
-    code = ("import sys, lessonkit.widgets; "
-            "print(any(m in sys.modules for m in ('ipywidgets', 'matplotlib', 'torch')))")
+    code = (
+        "import sys, lessonkit.widgets; "
+        "print(any(m in sys.modules for m in ('ipywidgets', 'matplotlib', 'torch')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -528,8 +567,13 @@ def test_importing_widgets_is_cheap():
 def _moved(explorer) -> None:
     """Move every control of an explorer away from where it started."""
     for name, widget in explorer.controls.items():
-        options = [v for _, v in widget.options] if hasattr(widget, "options") and widget.options \
-            and isinstance(widget.options[0], tuple) else list(getattr(widget, "options", []))
+        options = (
+            [v for _, v in widget.options]
+            if hasattr(widget, "options")
+            and widget.options
+            and isinstance(widget.options[0], tuple)
+            else list(getattr(widget, "options", []))
+        )
         if options:
             widget.value = next(v for v in reversed(options) if v != widget.value)
         elif isinstance(widget.value, bool):
@@ -538,14 +582,24 @@ def _moved(explorer) -> None:
             widget.value = widget.max if widget.value != widget.max else widget.min
 
 
-@pytest.mark.parametrize("make", [widgets.vram_explorer, widgets.gpu_matrix_explorer,
-                                  widgets.environment_explorer, widgets.decision_flow_explorer])
+@pytest.mark.parametrize(
+    "make",
+    [
+        widgets.vram_explorer,
+        widgets.gpu_matrix_explorer,
+        widgets.environment_explorer,
+        widgets.decision_flow_explorer,
+    ],
+)
 def test_reset_puts_every_control_back_with_one_redraw(make):
     explorer = make()
-    start = ({k: w.value for k, w in explorer.controls.items()}, explorer.readout.value,
-             explorer.png())
+    start = (
+        {k: w.value for k, w in explorer.controls.items()},
+        explorer.readout.value,
+        explorer.png(),
+    )
     assert "lessonkit-button-reset" in explorer.reset_button._dom_classes
-    assert any(explorer.reset_button in getattr(box, 'children', ()) for box in explorer.children)
+    assert any(explorer.reset_button in getattr(box, "children", ()) for box in explorer.children)
     _moved(explorer)
     assert explorer.readout.value != start[1]
     assert {k: w.value for k, w in explorer.controls.items()} != start[0]
@@ -662,9 +716,16 @@ def gpu_labels_struck_through(chart) -> list[str]:
 
 
 def test_gpu_reference_labels_are_never_struck_through_by_lines(vram):
-    settings = [{}, {"method": "lora"}, {"method": "qlora"}, {"batch_size": 64},
-                {"model": "70B"}, {"method": "lora", "seq_len": 8192},
-                {"model": "1B", "method": "full", "seq_len": 512}, {"model": "gpt2"}]
+    settings = [
+        {},
+        {"method": "lora"},
+        {"method": "qlora"},
+        {"batch_size": 64},
+        {"model": "70B"},
+        {"method": "lora", "seq_len": 8192},
+        {"model": "1B", "method": "full", "seq_len": 512},
+        {"model": "gpt2"},
+    ]
     for change in settings:
         for name, value in change.items():
             vram.controls[name].value = value
@@ -686,16 +747,24 @@ def test_the_environment_chart_has_a_legend_of_its_tier_colours():
         assert to_hex(bar.get_facecolor()) == to_hex(palette.TIER_COLORS[row["tier"]])
 
 
-
 def test_the_gpu_matrix_redraws_in_place_with_the_same_pixels_as_a_full_draw():
     import numpy as np
     from PIL import Image
 
     explorer = widgets.gpu_matrix_explorer("7B", method="lora")
     bars = explorer.drawn["bars"]
-    changes = [("batch_size", 8), ("method", "qlora"), ("gpu_set", "All 22 GPUs"),
-               ("batch_size", 2), ("model", "70B"), ("method", "full"), ("gpu_set", "Guide's four"),
-               ("seq_len", 4096), ("seq_len", 1024), ("model", "gpt2")]
+    changes = [
+        ("batch_size", 8),
+        ("method", "qlora"),
+        ("gpu_set", "All 22 GPUs"),
+        ("batch_size", 2),
+        ("model", "70B"),
+        ("method", "full"),
+        ("gpu_set", "Guide's four"),
+        ("seq_len", 4096),
+        ("seq_len", 1024),
+        ("model", "gpt2"),
+    ]
     for name, value in changes:
         control = explorer.controls[name]
         if name == "gpu_set":
@@ -729,8 +798,9 @@ def test_the_lora_dropout_control_reaches_the_estimate():
 # ----- the memory savers of today's recipes -----------------------------------------------
 def shown_peak(explorer) -> float:
     """The peak the readout shows, in GiB."""
-    return float(re.search(r"Peak per GPU: ([\d,.]+) GiB", explorer.readout.value)
-                 .group(1).replace(",", ""))
+    return float(
+        re.search(r"Peak per GPU: ([\d,.]+) GiB", explorer.readout.value).group(1).replace(",", "")
+    )
 
 
 def tooltip(widget) -> str:
@@ -739,8 +809,11 @@ def tooltip(widget) -> str:
 
 
 SAVER_CASES = [  # (explorer's starting values, saver control, value that saves memory)
-    (dict(model="7B", method="lora", batch_size=8, gradient_checkpointing=True),
-     "activation_offload", True),
+    (
+        dict(model="7B", method="lora", batch_size=8, gradient_checkpointing=True),
+        "activation_offload",
+        True,
+    ),
     (dict(model="7B", method="full"), "optimizer_in_backward", True),
     (dict(model="llama-3.1-8b", method="lora", batch_size=8), "loss", "chunked"),
 ]
@@ -796,8 +869,9 @@ def test_activation_offload_follows_gradient_checkpointing():
 
 
 def test_activation_offload_gives_way_to_the_chunked_loss_and_zero_3():
-    explorer = widgets.vram_explorer("7B", method="lora", gradient_checkpointing=True,
-                                     activation_offload=True)
+    explorer = widgets.vram_explorer(
+        "7B", method="lora", gradient_checkpointing=True, activation_offload=True
+    )
     c = explorer.controls
     c["loss"].value = "chunked"  # not modelled together: the loss just chosen wins
     assert explorer.error is None and not c["activation_offload"].value
@@ -826,9 +900,10 @@ def test_optimizer_in_backward_is_greyed_where_estimate_refuses_it():
     c["n_gpus"].value = 1
     assert not oib.disabled and not oib.value
     # Fixed settings that rule it out grey it out for good.
-    for fixed, reason in ((dict(gradient_accumulation=4), "not with accumulation"),
-                          (dict(offload_optimizer=True, zero_stage=1),
-                           "not with optimizer offload")):
+    for fixed, reason in (
+        (dict(gradient_accumulation=4), "not with accumulation"),
+        (dict(offload_optimizer=True, zero_stage=1), "not with optimizer offload"),
+    ):
         explorer = widgets.vram_explorer("7B", **fixed)
         oib = explorer.controls["optimizer_in_backward"]
         assert oib.disabled and oib.description.endswith(f"({reason})")
@@ -843,14 +918,28 @@ def test_memory_saver_rules_agree_with_estimate():
 
     from lessonkit.widgets.controls import saver_blocked
 
-    grid = itertools.product(("full", "qlora"), (False, True), ("standard", "chunked"),
-                             ((1, 0), (2, 0), (8, 2), (8, 3)), (1, 2), (False, True),
-                             ("current", "before-0.43.2"))
+    grid = itertools.product(
+        ("full", "qlora"),
+        (False, True),
+        ("standard", "chunked"),
+        ((1, 0), (2, 0), (8, 2), (8, 3)),
+        (1, 2),
+        (False, True),
+        ("current", "before-0.43.2"),
+    )
     checked = {"activation_offload": [0, 0], "optimizer_in_backward": [0, 0]}
     for method, ckpt, loss, (gpus, zero), accumulation, offload_opt, bnb in grid:
-        kw = dict(method=method, precision="bf16", gradient_checkpointing=ckpt, loss=loss,
-                  n_gpus=gpus, zero_stage=zero, gradient_accumulation=accumulation,
-                  offload_optimizer=offload_opt, bitsandbytes=bnb)
+        kw = dict(
+            method=method,
+            precision="bf16",
+            gradient_checkpointing=ckpt,
+            loss=loss,
+            n_gpus=gpus,
+            zero_stage=zero,
+            gradient_accumulation=accumulation,
+            offload_optimizer=offload_opt,
+            bitsandbytes=bnb,
+        )
         try:
             estimate("7B", **kw)
         except LessonkitError:
@@ -867,8 +956,13 @@ def test_memory_saver_rules_agree_with_estimate():
 
 
 def test_memory_savers_as_starting_values():
-    explorer = widgets.vram_explorer("7B", method="lora", gradient_checkpointing=True,
-                                     activation_offload=True, optimizer_in_backward=True)
+    explorer = widgets.vram_explorer(
+        "7B",
+        method="lora",
+        gradient_checkpointing=True,
+        activation_offload=True,
+        optimizer_in_backward=True,
+    )
     c = explorer.controls
     assert c["activation_offload"].value and c["optimizer_in_backward"].value
     expected = estimate("7B", **settings_of(explorer))
@@ -888,33 +982,49 @@ def test_memory_savers_as_starting_values():
 def test_the_longest_chart_titles_stay_on_the_figure():
     from lessonkit.options import OPTIMIZERS
 
-    longest = dict(model="70B", precision="fp16-mixed", optimizer=max(OPTIMIZERS, key=len),
-                   batch_size=64, seq_len=32768, gradient_checkpointing=True)
-    for kw in (dict(method="qlora", activation_offload=True, n_gpus=8, zero_stage=2),
-               dict(method="full", optimizer_in_backward=True, loss="chunked")):
+    longest = dict(
+        model="70B",
+        precision="fp16-mixed",
+        optimizer=max(OPTIMIZERS, key=len),
+        batch_size=64,
+        seq_len=32768,
+        gradient_checkpointing=True,
+    )
+    for kw in (
+        dict(method="qlora", activation_offload=True, n_gpus=8, zero_stage=2),
+        dict(method="full", optimizer_in_backward=True, loss="chunked"),
+    ):
         explorer = widgets.vram_explorer(**longest, **kw)
         assert explorer.error is None
         title = explorer.chart.ax.title
         assert "offload" in title.get_text() or "chunked loss" in title.get_text()
         explorer.figure.canvas.draw()
         box = title.get_window_extent(explorer.figure.canvas.get_renderer())
-        assert 0 <= box.x0 and box.x1 <= explorer.figure.bbox.width, (title.get_text(), box)
+        assert box.x0 >= 0 and box.x1 <= explorer.figure.bbox.width, (title.get_text(), box)
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(activation_offload=True), r"activation_offload=True cannot be a starting value here "
-                                    r"\(needs checkpointing\).*gradient_checkpointing=True"),
-    (dict(activation_offload=True, gradient_checkpointing=True, loss="chunked"),
-     "not with chunked loss"),
-    (dict(optimizer_in_backward=True, n_gpus=2), r"\(one GPU only\).*n_gpus=1"),
-    (dict(optimizer_in_backward=True, gradient_accumulation=2), "gradient_accumulation=1"),
-    (dict(activation_offload="yes"), "Activation offload must be True or False, got 'yes'"),
-    (dict(optimizer_in_backward=1), "Optimizer step in backward must be True or False"),
-    (dict(loss="fused"), "Loss 'fused' is not on the control; allowed: standard, chunked"),
-    (dict(loss="chunked", loss_chunks=0), "Chunks 0 is not on the control; allowed: 1, 2, 4"),
-    (dict(loss="chunked", loss_chunks=True), "Chunks True is not on the control"),
-    (dict(loss="chunked", loss_chunks=3), "Chunks 3 is not on the control"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (
+            dict(activation_offload=True),
+            r"activation_offload=True cannot be a starting value here "
+            r"\(needs checkpointing\).*gradient_checkpointing=True",
+        ),
+        (
+            dict(activation_offload=True, gradient_checkpointing=True, loss="chunked"),
+            "not with chunked loss",
+        ),
+        (dict(optimizer_in_backward=True, n_gpus=2), r"\(one GPU only\).*n_gpus=1"),
+        (dict(optimizer_in_backward=True, gradient_accumulation=2), "gradient_accumulation=1"),
+        (dict(activation_offload="yes"), "Activation offload must be True or False, got 'yes'"),
+        (dict(optimizer_in_backward=1), "Optimizer step in backward must be True or False"),
+        (dict(loss="fused"), "Loss 'fused' is not on the control; allowed: standard, chunked"),
+        (dict(loss="chunked", loss_chunks=0), "Chunks 0 is not on the control; allowed: 1, 2, 4"),
+        (dict(loss="chunked", loss_chunks=True), "Chunks True is not on the control"),
+        (dict(loss="chunked", loss_chunks=3), "Chunks 3 is not on the control"),
+    ],
+)
 def test_bad_memory_saver_starting_values_are_clear_errors(kw, message):
     with pytest.raises(LessonkitError, match=message):
         widgets.vram_explorer("7B", **kw)
@@ -941,10 +1051,20 @@ def png_pixels(png: bytes):
 def test_the_environment_explorer_redraws_in_place_with_the_same_pixels_as_a_new_chart():
     explorer = widgets.environment_explorer("7B", method="lora")
     bars = explorer.drawn["bars"]
-    changes = [("batch_size", 16), ("method", "qlora"), ("tokens", 1e9), ("model", "70B"),
-               ("method", "full"), ("seq_len", 4096), ("seq_len", 512), ("model", "gpt2"),
-               ("batch_size", 1),
-               ("method", "lora"), ("model", "7B"), ("tokens", 1e7)]
+    changes = [
+        ("batch_size", 16),
+        ("method", "qlora"),
+        ("tokens", 1e9),
+        ("model", "70B"),
+        ("method", "full"),
+        ("seq_len", 4096),
+        ("seq_len", 512),
+        ("model", "gpt2"),
+        ("batch_size", 1),
+        ("method", "lora"),
+        ("model", "7B"),
+        ("tokens", 1e7),
+    ]
     possible = set()
     for name, value in changes:
         explorer.controls[name].value = value
@@ -963,16 +1083,25 @@ def test_the_environment_explorer_redraws_in_place_with_the_same_pixels_as_a_new
 def test_the_decision_flow_redraws_in_place_with_the_same_pixels_as_a_new_chart():
     explorer = widgets.decision_flow_explorer("7B", "Low")
     nodes = explorer.drawn["nodes"]
-    changes = [("budget", "High"), ("size", "70B"), ("size", "13B"), ("size", "8B"),
-               ("budget", "Low"), ("size", "70B"), ("size", "7B"), ("budget", "High")]
+    changes = [
+        ("budget", "High"),
+        ("size", "70B"),
+        ("size", "13B"),
+        ("size", "8B"),
+        ("budget", "Low"),
+        ("size", "70B"),
+        ("size", "7B"),
+        ("budget", "High"),
+    ]
     paths = set()
     for name, value in changes:
         explorer.controls[name].value = value
         assert explorer.error is None, explorer.error
         shown, full = shown_and_full(explorer)
         assert (shown == full).all(), (name, value)
-        fresh = widgets.decision_flow_explorer(explorer.controls["size"].value,
-                                               explorer.controls["budget"].value)
+        fresh = widgets.decision_flow_explorer(
+            explorer.controls["size"].value, explorer.controls["budget"].value
+        )
         assert (png_pixels(fresh._png) == shown).all(), (name, value)
         assert explorer.drawn["nodes"] is nodes
         paths.add(tuple(explorer.path))
@@ -983,9 +1112,11 @@ def test_going_back_to_an_earlier_setting_reuses_its_saved_picture_with_the_same
     from lessonkit.widgets.explorer import SAVED_BACKGROUNDS
 
     methods = ["full", "lora", "qlora"]
-    changes = [("method", m) for m in methods * 2] + [
-        ("model", m) for m in ("0.5B", "1B", "3B", "8B", "13B", "34B", "70B", "gpt2", "7B")] + [
-        ("method", m) for m in methods]
+    changes = (
+        [("method", m) for m in methods * 2]
+        + [("model", m) for m in ("0.5B", "1B", "3B", "8B", "13B", "34B", "70B", "gpt2", "7B")]
+        + [("method", m) for m in methods]
+    )
     for name, value in changes:
         vram.controls[name].value = value
         assert vram.error is None, vram.error
@@ -1065,8 +1196,9 @@ def test_the_chunk_count_follows_the_loss_and_reaches_the_estimate():
 
 
 def test_a_fixed_no_sync_is_named_and_applies_where_estimate_takes_it():
-    explorer = widgets.vram_explorer("7B", no_sync=True, n_gpus=4, zero_stage=3,
-                                     gradient_accumulation=2)
+    explorer = widgets.vram_explorer(
+        "7B", no_sync=True, n_gpus=4, zero_stage=3, gradient_accumulation=2
+    )
     kept = explorer.report
     assert kept.settings["no_sync"] and "no_sync" in explorer.readout.value
     assert "2 micro-batches with no_sync" in explorer.chart.ax.title.get_text()
