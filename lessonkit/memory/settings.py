@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..errors import LessonkitError, choose, positive_int
+from ..errors import LessonkitError, choose, positive_int, real_number
 from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec
 from ..options import (
     ATTENTION,
@@ -23,6 +23,7 @@ from ..options import (
     PRECISIONS,
     ZERO_STAGES,
 )
+from ..safe_repr import short_repr
 
 DEVICES = ("cuda", "cpu")
 MAX_BATCH = 4096
@@ -81,7 +82,7 @@ class RunSettings:
 
 def _flag(value: object, what: str) -> bool:
     if not isinstance(value, bool):
-        raise LessonkitError(f"{what} must be True or False, got {value!r}.")
+        raise LessonkitError(f"{what} must be True or False, got {short_repr(value)}.")
     return value
 
 
@@ -97,17 +98,18 @@ def _targets(value: object) -> tuple[str, ...] | str | None:
         return value
     raise LessonkitError(
         f"lora_targets must be a list of module names (e.g. "
-        f"['q_proj', 'v_proj']) or 'all-linear', got {value!r}."
+        f"['q_proj', 'v_proj']) or 'all-linear', got {short_repr(value)}."
     )
 
 
 def _probability(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+    number = real_number(value)
+    if number is None or not 0 <= number < 1:
         raise LessonkitError(
             f"{what} must be a number from 0 up to (not including) 1, such as "
-            f"0.05 or 0.1, got {value!r}."
+            f"0.05 or 0.1, got {short_repr(value)}."
         )
-    return float(value)
+    return float(number)
 
 
 def _seq_len(value: object, spec: ModelSpec) -> int:

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import LessonkitError, normalise_name, unknown_name_message
+from ..errors import LessonkitError, normalise_name, real_number, unknown_name_message
 from ..safe_repr import short_repr
 from ..units import parse_count
 from .hf_config import FAMILIES, hf_config_from_spec, read_hf_config, spec_fields
@@ -440,9 +440,10 @@ def resolve_model(model: object) -> ModelSpec:
         return ModelSpec.from_hf_config(model)
     if isinstance(model, Path):
         return ModelSpec.from_hf_config(model)
-    if isinstance(model, (int, float)) and not isinstance(model, bool):
+    size = real_number(model)  # a size: Python's or numpy's numbers
+    if size is not None:
         try:
-            return spec_for_size(float(model))
+            return spec_for_size(float(size))
         except OverflowError:  # an integer beyond any float
             return spec_for_size(math.inf)
     if isinstance(model, str):
