@@ -83,8 +83,8 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision",
         default=None,
         help=f"one of {', '.join(PRECISIONS)} (default: the method's usual "
-        "precision: bf16-mixed for full, fp16-mixed on a --gpu without "
-        "native bf16; bf16 for lora and qlora)",
+        "precision, as in estimate(): bf16-mixed for full, bf16 for lora and qlora; "
+        "fp16-mixed for full on a --gpu without native bf16, said in the output)",
     )
     parser.add_argument(
         "--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default: adamw)"
@@ -175,7 +175,8 @@ def run_vram(args: argparse.Namespace) -> int:
     from ..errors import choose
     from ..memory.estimating import estimate
     from ..options import METHODS
-    from ..planning.fitting import usual_precision, vram_fixes
+    from ..memory.settings import usual_precision
+    from ..planning.fitting import vram_fixes
 
     targets = None if args.lora_targets is None else args.lora_targets.strip()
     if targets not in (None, "all-linear"):
@@ -187,8 +188,12 @@ def run_vram(args: argparse.Namespace) -> int:
         gpu = get_gpu(args.gpu)  # an unknown name is bad input, before any arithmetic
     method = choose(args.method, METHODS, "method")
     precision = args.precision
-    if precision is None:
-        precision = usual_precision(method, gpu.native_bf16 if gpu is not None else True)
+    note = ""
+    if precision is None:  # the method's usual precision, as estimate() takes it
+        native = bool(gpu.native_bf16) if gpu is not None else True
+        precision = usual_precision(method, native)
+        if gpu is not None and not native:
+            note = precision_note(gpu.name, method)
     settings = dict(
         method=method,
         precision=precision,
@@ -231,9 +236,12 @@ def run_vram(args: argparse.Namespace) -> int:
                 "fits": fits,
                 "fixes": [{"flags": flags, "total_bytes": fix.total_bytes} for flags, fix in fixes],
             }
+            data["gpu"]["precision_note"] = note
         print(json.dumps(data, indent=2, default=str))
         return EXIT_NO if fits is False else EXIT_OK
     print(dataclasses.replace(report, assumptions=[]))
+    if note:
+        print(f"\n{note}")
     if gpu is not None:
         need, have = report.total_bytes / GiB, gpu.usable_bytes / GiB
         verdict = "fits" if fits else "does NOT fit"
@@ -264,6 +272,20 @@ def run_vram(args: argparse.Namespace) -> int:
         print("\nAssumptions:")
         print("\n".join(f"  - {note}" for note in report.assumptions))
     return EXIT_NO if fits is False else EXIT_OK
+
+
+def precision_note(gpu_name: str, method: str) -> str:
+    """What the default precision becomes on a GPU without native bf16, in one sentence."""
+    if method == "full":
+        return (
+            f"Precision fp16-mixed: the {gpu_name} has no native bf16, so full fine-tuning runs "
+            "under fp16 autocast (the same memory as the usual bf16-mixed; --precision sets "
+            "another)."
+        )
+    return (
+        f"Precision bf16 stands for 16-bit base weights: the {gpu_name} has no native bf16, so "
+        "load the model in fp16 (torch_dtype=torch.float16), the same memory."
+    )
 
 
 CHECK_EPILOG = """exit codes:

@@ -13,7 +13,7 @@ import argparse
 import codecs
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import LessonkitError
@@ -60,7 +60,7 @@ def add_oom_arguments(
 def read_standard_input() -> Any:
     """The last out-of-memory error of everything on standard input (an OOMMessage, or None),
     read to its end in pieces."""
-    from ..planning.oom_logs import OOMLogReader
+    from ..planning.oom_messages import read_log
 
     stream = sys.stdin
     if stream is None:
@@ -73,27 +73,31 @@ def read_standard_input() -> Any:
             "Paste the error message or log, then press Ctrl-D (Ctrl-Z and Enter on Windows):",
             file=sys.stderr,
         )
-    reader = OOMLogReader()
-    source = getattr(stream, "buffer", None)
     try:
-        if source is None:  # a text stream without bytes under it
-            while piece := stream.read(CHUNK_BYTES):
-                reader.feed(piece)
-        else:
-            encoding = getattr(stream, "encoding", None) or "utf-8"
-            try:
-                decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
-            except LookupError:
-                decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            while chunk := source.read(CHUNK_BYTES):
-                reader.feed(decoder.decode(chunk))
-            reader.feed(decoder.decode(b"", final=True))
+        return read_log(_pieces(stream))
     except OSError as err:
         raise LessonkitError(
             f"cannot read standard input: {err.strerror or err}. Give the message as the "
             "argument instead."
         ) from None
-    return reader.close()
+
+
+def _pieces(stream: Any) -> Iterator[str]:
+    """Standard input to its end, in pieces of text; bytes that are not text in its encoding
+    become U+FFFD."""
+    source = getattr(stream, "buffer", None)
+    if source is None:  # a text stream without bytes under it
+        while piece := stream.read(CHUNK_BYTES):
+            yield piece
+        return
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+    except LookupError:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while chunk := source.read(CHUNK_BYTES):
+        yield decoder.decode(chunk)
+    yield decoder.decode(b"", final=True)
 
 
 def _is_terminal(stream: Any) -> bool:
@@ -133,14 +137,8 @@ def run_oom(args: argparse.Namespace) -> int:
         )
         if targets is not None:
             settings["lora_targets"] = targets
-        if args.precision is not None:
+        if args.precision is not None:  # else the method's usual one, as estimate() takes it
             settings["precision"] = args.precision
-        else:  # the method's usual precision, as `lessonkit vram` takes it
-            from ..options import METHODS
-            from ..planning.fitting import usual_precision
-
-            if args.method in METHODS:
-                settings["precision"] = usual_precision(args.method)
     diagnosis = oom_doctor(message, gpu=args.gpu, **settings)
     print(json.dumps(diagnosis.to_dict(), indent=2) if args.json else diagnosis)
     if not diagnosis.recognized:

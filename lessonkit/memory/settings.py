@@ -80,6 +80,15 @@ class RunSettings:
         return data
 
 
+def usual_precision(method: str, native_bf16: bool = True) -> str:
+    """The precision a method is usually run in, the default of ``precision`` everywhere (None):
+    full fine-tuning keeps fp32 weights under bf16 autocast ("bf16-mixed"; "fp16-mixed" on a GPU
+    without native bf16, the same memory); LoRA and QLoRA load the base model in bf16."""
+    if method == "full":
+        return "bf16-mixed" if native_bf16 else "fp16-mixed"
+    return "bf16"
+
+
 def _flag(value: object, what: str) -> bool:
     if not isinstance(value, bool):
         raise LessonkitError(f"{what} must be True or False, got {short_repr(value)}.")
@@ -125,17 +134,22 @@ def _seq_len(value: object, spec: ModelSpec) -> int:
 def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
     """Check every argument of a run of ``spec``; raise LessonkitError saying what is allowed.
 
-    Takes the keyword arguments of estimate() (all of them). ``lora_targets`` left at its
-    default (or None) becomes the model family's peft default (``ModelSpec.default_lora_targets``).
+    Takes the keyword arguments of estimate() (all of them). ``precision`` None is the method's
+    usual one (``usual_precision``); ``lora_targets`` left at its default (or None) becomes the
+    model family's peft default (``ModelSpec.default_lora_targets``).
     """
     zero = kw["zero_stage"]
     if isinstance(zero, bool) or zero not in ZERO_STAGES:
         raise LessonkitError(
             f"zero_stage must be one of {', '.join(map(str, ZERO_STAGES))}, got {zero!r}."
         )
+    method = choose(kw["method"], METHODS, "method")
+    precision = kw.get("precision")
     s = RunSettings(
-        method=choose(kw["method"], METHODS, "method"),
-        precision=choose(kw["precision"], PRECISIONS, "precision"),
+        method=method,
+        precision=usual_precision(method)
+        if precision is None
+        else choose(precision, PRECISIONS, "precision"),
         optimizer=choose(kw["optimizer"], OPTIMIZERS, "optimizer"),
         batch_size=positive_int(kw["batch_size"], "batch_size", maximum=MAX_BATCH),
         seq_len=_seq_len(kw["seq_len"], spec),

@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..hardware.gpus import GPU, get_gpu, list_gpus
+from ..memory.settings import usual_precision as usual_precision  # also planning's name
 from ..models.spec import ModelSpec
 from ..units import GiB
 
@@ -121,14 +122,6 @@ class Fit:
         if self.count > 1:
             text += f", ZeRO-{self.zero_stage}" if self.zero_stage else ", data parallel"
         return text
-
-
-def usual_precision(method: str, native_bf16: bool = True) -> str:
-    """The precision a method is usually run in: full fine-tuning keeps fp32 weights under
-    bf16 autocast (fp16 without native bf16); LoRA and QLoRA load the base model in bf16."""
-    if method == "full":
-        return "bf16-mixed" if native_bf16 else "fp16-mixed"
-    return "bf16"
 
 
 def method_settings(method: str, native_bf16: bool = True) -> dict[str, Any]:

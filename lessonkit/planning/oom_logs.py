@@ -6,19 +6,18 @@ last ``OVERLAP`` characters, so that nothing is cut in two between pieces. What 
 (Trainer, torchrun, accelerate's batch search) is noted wherever it appears in the log. Every
 pattern here has a bounded length and is tried once per position, so a log is read in time
 linear in its length, whatever it holds (runs of blank lines, digits or rank prefixes).
-``close`` returns the ``OOMMessage`` of the last error, or None.
+``close`` returns what was found (``LogFindings``: the last error's text and what wrapped it),
+which planning/oom_messages.py reads into an ``OOMMessage``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-
-from .oom_messages import OOMMessage, read_body, whole_number
+from dataclasses import dataclass, field
 
 BODY_CHARS = 65_536  # raw characters kept from an error's first word: rank prefixes and spaces
 OVERLAP = 256  # longer than any pattern's match, so a match cut between pieces is found whole
-CHUNK = 2**20  # characters handed to ``feed`` at a time by ``read_log``
+CHUNK = 2**20  # characters of a string fed at a time
 
 ANCHOR = re.compile(
     r"(CUDA|HIP|XPU) out of memory|MPS backend out of memory|CUDA error: out of memory|"
@@ -36,6 +35,17 @@ WRAPPERS = (
 )
 # accelerate's find_executable_batch_size logs each try; more digits than any batch: unreadable
 BATCH_TRY = re.compile(r"Decreasing batch size to:? (\d{1,30})(\d?)")
+
+
+@dataclass
+class LogFindings:
+    """What a log holds: the last error's text (from its first word, BODY_CHARS at most), what
+    wrapped it, and accelerate's last batch size tried (None: unreadable; absent: no try)."""
+
+    body: str
+    wrapped_by: list[str] = field(default_factory=list)
+    batch_tried: bool = False
+    last_batch_size: int | None = None
 
 
 class OOMLogReader:
@@ -57,18 +67,22 @@ class OOMLogReader:
         self._buffer += text
         self._scan(final=False)
 
-    def close(self) -> OOMMessage | None:
-        """The last error of everything fed, or None when there is none."""
+    def feed_text(self, text: str) -> None:
+        """Read a string of any length, a CHUNK at a time."""
+        for start in range(0, len(text), CHUNK):
+            self.feed(text[start : start + CHUNK])
+
+    def close(self) -> LogFindings | None:
+        """What was found in everything fed, or None when it holds no error."""
         self._scan(final=True)
         if self._error_at is None:
             return None
-        found = read_body("".join(self._body))
-        found.wrapped_by = [name for name, _ in WRAPPERS if name in self._wrappers]
-        if self._batch is not None:
-            found.last_batch_size = self._batch[0]
-            if self._batch[0] is None:
-                found.unreadable.append("last_batch_size")
-        return found
+        return LogFindings(
+            "".join(self._body),
+            [name for name, _ in WRAPPERS if name in self._wrappers],
+            self._batch is not None,
+            None if self._batch is None else self._batch[0],
+        )
 
     def _scan(self, final: bool) -> None:
         buffer, base = self._buffer, self._base
@@ -94,7 +108,8 @@ class OOMLogReader:
                 break
             where = base + match.start()
             if self._batch is None or where > self._batch[1]:
-                self._batch = (whole_number(match.group(1) + match.group(2), 30), where)
+                digits = match.group(1) + match.group(2)
+                self._batch = (int(digits) if len(digits) <= 30 else None, where)
         if self._error_at is not None and self._body_length < BODY_CHARS:
             piece = buffer[self._body_end - base : len(buffer)]
             piece = piece[: BODY_CHARS - self._body_length]
@@ -103,15 +118,3 @@ class OOMLogReader:
             self._body_end += len(piece)
         keep = max(0, len(buffer) - OVERLAP)
         self._buffer, self._base = buffer[keep:], base + keep
-
-
-def read_log(pieces: Iterable[str]) -> OOMMessage | None:
-    """The last out-of-memory error in a log given as pieces of text (or one string)."""
-    reader = OOMLogReader()
-    if isinstance(pieces, str):
-        for start in range(0, len(pieces), CHUNK):
-            reader.feed(pieces[start : start + CHUNK])
-    else:
-        for piece in pieces:
-            reader.feed(piece)
-    return reader.close()

@@ -29,8 +29,11 @@ A log of any length is read as a stream by planning/oom_logs.py.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .oom_logs import LogFindings, OOMLogReader
 
 BODY_WORDS = 4000  # characters of an error's text read, its spaces folded
 MAX_DIGITS = 20  # a size with more digits before its point is no memory size: unreadable
@@ -186,15 +189,31 @@ def parse_oom(error: Any) -> OOMMessage | None:
     text = exception_text(error)
     if not isinstance(text, str) or not text:
         return None
-    from .oom_logs import read_log
+    reader = OOMLogReader()
+    reader.feed_text(text)
+    return from_log(reader.close())
 
-    return read_log(text)
+
+def read_log(pieces: Iterable[str]) -> OOMMessage | None:
+    """The last out-of-memory error of a log given in pieces of text (e.g. read from a pipe)."""
+    reader = OOMLogReader()
+    for piece in pieces:
+        reader.feed(piece)
+    return from_log(reader.close())
 
 
-def read_body(raw: str) -> OOMMessage:
-    """The figures of one error, from its text as it stands in the log (its first word first)."""
-    plain = _RANK_PREFIX.sub(" ", raw)
-    return _read(" ".join(plain[:BODY_WORDS].split()))
+def from_log(found: LogFindings | None) -> OOMMessage | None:
+    """The OOMMessage of what a log reader found (planning/oom_logs.py), or None."""
+    if found is None:
+        return None
+    plain = _RANK_PREFIX.sub(" ", found.body)
+    message = _read(" ".join(plain[:BODY_WORDS].split()))
+    message.wrapped_by = list(found.wrapped_by)
+    if found.batch_tried:
+        message.last_batch_size = found.last_batch_size
+        if found.last_batch_size is None:
+            message.unreadable.append("last_batch_size")
+    return message
 
 
 def _read(body: str) -> OOMMessage:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import real_number
+from ..memory.settings import usual_precision
 from ..safe_repr import describe_error, short_repr
-from .fitting import usual_precision
 
 # TrainingArguments.optim (transformers OptimizerNames) -> estimate()'s optimizer; what is not
 # listed is reported as not modelled and the default is kept.

@@ -102,15 +102,14 @@ def test_wrappers_and_the_batch_search_are_read_from_the_whole_log():
 
 
 def test_an_error_split_across_reads_is_read_whole():
-    from lessonkit.planning.oom_logs import OOMLogReader
+    from lessonkit.planning.oom_messages import read_log
 
     text = filler(5000) + "[rank0]: " + A100_OOM + "\n" + filler(5000)
+    whole = parse_oom(text)
+    assert whole.wrapped_by == ["torchrun"] and whole.device == 4
     for size in (1, 7, 64, 4096):
-        reader = OOMLogReader()
-        for start in range(0, len(text), size):
-            reader.feed(text[start : start + size])
-        message = reader.close()
-        assert message is not None and message.to_dict() == parse_oom(text).to_dict(), size
+        message = read_log(text[start : start + size] for start in range(0, len(text), size))
+        assert message is not None and message.to_dict() == whole.to_dict(), size
 
 
 def test_the_cli_reads_a_log_of_any_length_from_standard_input():
