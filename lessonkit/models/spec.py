@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache, lru_cache
@@ -371,7 +372,20 @@ def get_preset(name: str) -> ModelSpec:
     if key is None:
         raise LessonkitError(unknown_name_message(name, preset_names(), "model"))
     entry = _preset_data()[key]
-    return ModelSpec(name=key, note=f"{entry['source']} (as of {entry['as_of']})", **entry["shape"])
+    note = f"{entry['source']} (as of {entry['as_of']})"
+    if normalise_name(name) != normalise_name(key):  # another name, not a spelling of this one
+        note = f"{short_repr(name.strip())} is read as the preset {key}. {note}"
+    return ModelSpec(name=key, note=note, **entry["shape"])
+
+
+_ALIAS_NOTE = re.compile(r"'[^']*' is read as the preset \S+\.")
+
+
+def alias_note(spec: ModelSpec) -> str:
+    """ "'llama-3-8b' is read as the preset llama-3.1-8b." when ``spec`` came from a name that
+    stands for another preset; "" otherwise."""
+    match = _ALIAS_NOTE.match(spec.note)
+    return match.group(0) if match else ""
 
 
 def spec_for_size(n_params: float) -> ModelSpec:

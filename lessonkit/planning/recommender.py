@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..hardware.environments import TIERS, Environment, get_environment, list_environments
 from ..memory.settings import MAX_BATCH, MAX_SEQ
-from ..models.spec import ModelSpec, resolve_model
+from ..models.spec import ModelSpec, alias_note, resolve_model
 from ..options import METHODS
 from ..safe_repr import short_repr
 from ..units import GiB, format_hours, parse_count
@@ -322,7 +322,7 @@ def recommend(
         None if platform is None else str(platform),
         n_tokens,
         mfu,
-        assumptions=assumptions(),
+        assumptions=[note for note in (alias_note(spec),) if note] + assumptions(),
     )
 
     def count(why: str) -> None:
