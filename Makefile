@@ -102,5 +102,10 @@ test-fast: $(VENV)/.installed-dev
 gpu-check: $(VENV)/.installed-dev
 	$(PY) scripts/gpu_check.py
 
+# Leaves the tree as a clone has it: the environments, caches, build outputs, artifacts/ (slides,
+# dashboards, GPU results) and every __pycache__/ and .ipynb_checkpoints/ go.
 clean:
-	rm -rf $(VENV) $(COLAB_VENV) $(OLDEST_VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(COLAB_VENV) $(OLDEST_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis \
+	  artifacts build dist .whl *.egg-info
+	find . -path ./.git -prune -o -type d \( -name __pycache__ -o -name .ipynb_checkpoints \) \
+	  -prune -exec rm -rf {} +
