@@ -479,3 +479,69 @@ def _peak_over_weights() -> float:
         "7B", method="full", precision="bf16", optimizer="adamw", batch_size=1, seq_len=512
     )
     return report.total_bytes / report.breakdown["weights"]
+
+
+# ----- the reflections' misconceptions and the figures their feedback quotes ------------------
+@lru_cache(maxsize=1)
+def misconceptions() -> dict[str, dict[str, Any]]:
+    """Misconception id -> the claim, why it is wrong, the key point it contradicts, patterns."""
+    text = resources.files("lessonkit").joinpath("data/exercises.json").read_text(encoding="utf-8")
+    found: dict[str, dict[str, Any]] = json.loads(text)["misconceptions"]
+    return found
+
+
+# figure name -> a function computing it as shown in a sentence, filled below.
+FIGURES: dict[str, Callable[[], str]] = {}
+
+
+def _figure(name: str) -> Callable[[Callable[[], str]], Callable[[], str]]:
+    def register(fn: Callable[[], str]) -> Callable[[], str]:
+        FIGURES[name] = fn
+        return fn
+
+    return register
+
+
+def _link_gbs(name: str) -> float:
+    return float(next(row["bandwidth_gbs"] for row in bandwidth_ladder() if row["name"] == name))
+
+
+@_figure("ddr5_gbs")
+def _ddr5_gbs() -> str:
+    return f"{_link_gbs('DDR5 system RAM'):,.1f}"
+
+
+@_figure("hbm3_gbs")
+def _hbm3_gbs() -> str:
+    return f"{_link_gbs('HBM3 (H100 SXM)'):,.0f}"
+
+
+@_figure("pcie4_gbs")
+def _pcie4_gbs() -> str:
+    return f"{_link_gbs('PCIe 4.0 x16'):,.1f}"
+
+
+@_figure("hbm3_over_ddr5")
+def _hbm3_over_ddr5() -> str:
+    return f"{_link_gbs('HBM3 (H100 SXM)') / _link_gbs('DDR5 system RAM'):,.0f}"
+
+
+@_figure("h100_tflops")
+def _h100_tflops() -> str:
+    return f"{_gpu('H100 SXM').bf16_tflops:,.0f}"
+
+
+@_figure("full_7b_static_gb")
+def _full_7b_static_gb() -> str:
+    """Weights, gradients and optimizer states of the mixed-precision 7B run, in GB."""
+    breakdown = estimating.estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown
+    return f"{(breakdown['weights'] + breakdown['gradients'] + breakdown['optimizer']) / GB:,.0f}"
+
+
+@_figure("pure_bf16_peak_over_card")
+def _pure_bf16_peak_over_card() -> str:
+    """06.4's run against what a 16 GB T4 offers PyTorch."""
+    report = estimating.estimate(
+        "7B", method="full", precision="bf16", optimizer="adamw", batch_size=1, seq_len=512
+    )
+    return f"{report.total_bytes / _gpu('T4').usable_bytes:,.1f}"

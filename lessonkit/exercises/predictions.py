@@ -9,8 +9,9 @@ Kaggle, nbgrader and papermill.
 
 Kinds of guess:
 - ``"memory"``: a size such as ``"100 GiB"``, ``"120 GB"`` or a bare number (read as GiB, the
-  course's unit, unless it is a million or more: then it is bytes, such as ``total_bytes``). ``reveal`` takes the answer in bytes or as a MemoryReport; with a report it
-  also says which parts of the breakdown the guess covers and which it leaves out;
+  course's unit, unless it is a million or more: then it is bytes, such as ``total_bytes``).
+  ``reveal`` takes the answer in bytes or as a MemoryReport; with a report it also says which
+  parts of the breakdown the guess covers and which it leaves out;
 - ``"gpu"``: a GPU of the catalog (``"RTX 4090"``, forgiving spelling). A card sold with the
   same memory as the answer that offers PyTorch at least as much is a tie, and counts as right;
 - ``"environment"``: a place to train (``"kaggle"``, ``"Lambda"``);

@@ -670,7 +670,7 @@ def test_the_gib_gb_diagnosis_stays_for_memory_questions():
 )
 def test_negated_mentions_are_not_key_points(qid, answer, point):
     result = check(qid, answer, show=False)
-    assert result.status == "self-check" and result.correct is None
+    assert result.verdict == "wrong claim" and result.status == "not yet"  # a denial is a claim
     assert "your answer mentions this" not in result.details[point], result.details
     assert key_points_found(qid, answer)[0] == 0
 
@@ -684,16 +684,16 @@ def test_not_only_is_not_a_negation():
     assert details[0].endswith("(your answer mentions this)"), details
 
 
-def test_reflections_are_a_checklist_without_ticks():
+def test_reflections_are_a_checklist_that_asks_for_no_ticks():
     answer = (
         "Gradients need as much memory as the weights, AdamW keeps two states per parameter, "
         "activations grow with batch size, the CUDA context takes memory; use QLoRA."
     )
     result = check("06.5", answer, show=False)
     assert key_points_found("06.5", answer) == (5, 5)
-    assert all(d.startswith("☐ ") for d in result.details)  # the student ticks, not the check
-    assert "✔" not in str(result) and "correct" not in result.message.lower()
-    assert "judge your answer" in result.message
+    assert all(d.startswith("✓ ") for d in result.details)  # what the answer touches
+    assert "tick" not in str(result) and "correct" not in result.message.lower()
+    assert "not a grade" in result.message and result.verdict == "complete"
 
 
 def test_no_question_is_a_yes_or_no_guess():
