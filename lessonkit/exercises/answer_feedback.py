@@ -79,10 +79,10 @@ _OTHER_EXAMPLES = {
     "$": "'$7.25' or 7.25",
     "$/h": "'$3.10/h' or 3.1",
     "x": "'7x' or 7",
-    "B/param": "'9 B/param' or 9",
-    "params": "'2.1M' or 2.1e6",
-    "GPUs": "5",
-    "GiB": "'11.5 GiB' or 11.5",
+    "B/param": "'6 B/param' or 6",
+    "params": "'35M' or 3.5e7",
+    "GPUs": "40",
+    "GiB": "'9.5 GiB' or 9.5",
     "": "7",
 }
 
