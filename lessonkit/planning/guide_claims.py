@@ -142,7 +142,7 @@ def free_tier_memory_verdict() -> str:
         if o.broken or not o.gpu.current_wheels
     ]
     text = (
-        f"The guide's free-tier 'limited VRAM (12-16GB)' is {verdict}: the free GPUs are "
+        f"The guide's 'limited VRAM (12-16GB)' of the free tier is {verdict}: the free GPUs are "
         f"{' and '.join(f'{s:g} GB' for s in sizes)} cards ({cards})"
     )
     if not reaches_low:

@@ -63,8 +63,8 @@ def fit_sentence(
 def _catalog_gpu(label: str) -> GPU | None:
     """The catalog GPU a label such as '121.7 GiB DGX Spark' or 'T4 (14.75 GiB usable)'
     names, or None."""
-    name = label.split(" GiB ", 1)[-1].split(" (", 1)[0]
-    return find_gpu(name)
+    name = label.split(" (", 1)[0]
+    return find_gpu(name.split(" GiB ", 1)[-1])
 
 
 # ----- the guide, checked --------------------------------------------------------------------

@@ -43,7 +43,7 @@ GENERATIONS = {
         {"Hopper", "Ada Lovelace"},
         {"Blackwell"},
     ],
-    "AMD": [{"CDNA 2"}, {"CDNA 3"}],
+    "AMD": [{"CDNA 2"}, {"CDNA 3"}, {"CDNA 4"}],
 }
 
 
@@ -59,6 +59,12 @@ def _all_dates() -> list[tuple[str, str]]:
         if g["price_per_hour"]
     ]
     found += [(f"environments.json {e['key']}", e["as_of"]) for e in ENVIRONMENTS]
+    found += [
+        (f"environments.json {e['key']} {o['gpu']}", o["as_of"])
+        for e in ENVIRONMENTS
+        for o in e["offers"]
+        if "as_of" in o
+    ]
     found += [(f"models.json {m['name']}", m["as_of"]) for m in MODELS]
     found += [(f"bandwidth.json {row['name']}", row["as_of"]) for row in LINKS]
     found.append(("cuda_constants.json", _load("cuda_constants.json")["as_of"]))
@@ -110,7 +116,35 @@ def test_a_gpu_is_priced_after_its_datasheet_appeared():
             assert _date(gpu.price_per_hour.as_of) > spec[gpu.name], gpu.name
     for env in list_environments():
         for offer in env.offers:
-            assert _date(env.as_of) > spec[offer.gpu.name], f"{env.key} offers {offer.gpu.name}"
+            assert _date(offer.as_of) > spec[offer.gpu.name], f"{env.key} offers {offer.gpu.name}"
+
+
+# The GPUs and offers of 2025-26 (issue: GPUs and environments of 2025-26), each read from a page.
+NEW_GPUS = {"B300", "RTX PRO 6000", "DGX Spark", "MI325X", "MI355X"}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_GPUS))
+def test_the_gpus_of_2025_26_carry_a_source_and_their_own_publication_day(name):
+    record = next(g for g in GPUS if g["name"] == name)
+    for key in ("source", "as_of_basis", "usable_memory_source", "tflops_note"):
+        assert record[key].strip(), f"{name}: {key}"
+    assert record["as_of"] in record["as_of_basis"]
+    # published in 2024-25, never the day the catalog was edited
+    assert dt.date(2024, 1, 1) <= _date(record["as_of"]) < dt.date(2026, 1, 1), name
+    assert record["as_of"] not in {e["as_of"] for e in ENVIRONMENTS}
+
+
+def test_an_offer_with_its_own_date_names_its_own_page():
+    own = [(e["key"], o) for e in ENVIRONMENTS for o in e["offers"] if "as_of" in o or "source" in o]
+    assert own, "the offers of 2025-26 carry their own price page and day"
+    for key, offer in own:
+        assert offer.get("source", "").strip() and offer.get("as_of"), (key, offer["gpu"])
+        # the page was read on its own day: no later than the environment's own snapshot
+        env = next(e for e in ENVIRONMENTS if e["key"] == key)
+        assert _date(offer["as_of"]) <= _date(env["as_of"]), (key, offer["gpu"])
+        assert re.search(r"\d{4}-\d\d-\d\d", offer["source"]), (key, offer["gpu"])
+    offered = {offer["gpu"] for _, offer in own}
+    assert {"B300", "RTX PRO 6000", "DGX Spark"} <= offered
 
 
 def _version(name: str) -> tuple[str, float] | None:
