@@ -183,15 +183,20 @@ def _environment_from_dict(entry: dict[str, Any]) -> Environment:
     offers = []
     for item in entry["offers"]:
         purchase = item.get("purchase_usd")
+        price = Price.from_dict(
+            item["price_per_hour"],
+            item.get("source", entry["source"]),
+            item.get("as_of", entry["as_of"]),
+        )
+        if price is None:
+            raise LessonkitError(
+                f"environments.json: {entry['key']} offers {item['gpu']} without a price."
+            )
         offers.append(
             Offer(
                 gpu=get_gpu(item["gpu"]),
                 counts=tuple(item["counts"]),
-                price_per_hour=Price.from_dict(
-                    item["price_per_hour"],
-                    item.get("source", entry["source"]),
-                    item.get("as_of", entry["as_of"]),
-                ),
+                price_per_hour=price,
                 note=item.get("note", ""),
                 broken=bool(item.get("broken", False)),
                 purchase_usd=(purchase["low"], purchase["high"]) if purchase else None,

@@ -390,8 +390,9 @@ def needs_text(spec: ModelSpec, method: str, seq_len: int = DEFAULT_SEQ) -> str:
         gpu, fit = setups["single"]
         parts.append(f"1 x {gpu.name} ({fit.settings_text()})")
     for key in ("a100", "largest"):
-        if setups[key] and setups[key][1].count > 1:
-            gpu, fit = setups[key]
+        setup = setups[key]
+        if setup is not None and setup[1].count > 1:
+            gpu, fit = setup
             node = " across several nodes" if fit.count > 8 else ""
             parts.append(f"{fit.count} x {gpu.name} with ZeRO-3{node}")
             break

@@ -8,6 +8,7 @@ the GPU it prices was published.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import re
 from importlib import resources
@@ -71,7 +72,9 @@ def _all_dates() -> list[tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("where,as_of", _all_dates(), ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize(
+    ("where", "as_of"), _all_dates(), ids=lambda x: x if isinstance(x, str) else ""
+)
 def test_every_as_of_is_a_real_date_not_in_the_future(where, as_of):
     assert re.fullmatch(r"\d{4}-\d\d-\d\d", as_of), f"{where}: {as_of!r} is not YYYY-MM-DD"
     assert _date(as_of) <= dt.date.today(), f"{where}: as_of {as_of} is in the future"
@@ -135,7 +138,9 @@ def test_the_gpus_of_2025_26_carry_a_source_and_their_own_publication_day(name):
 
 
 def test_an_offer_with_its_own_date_names_its_own_page():
-    own = [(e["key"], o) for e in ENVIRONMENTS for o in e["offers"] if "as_of" in o or "source" in o]
+    own = [
+        (e["key"], o) for e in ENVIRONMENTS for o in e["offers"] if "as_of" in o or "source" in o
+    ]
     assert own, "the offers of 2025-26 carry their own price page and day"
     for key, offer in own:
         assert offer.get("source", "").strip() and offer.get("as_of"), (key, offer["gpu"])
@@ -163,7 +168,7 @@ def test_model_releases_follow_their_version_numbers():
     assert {"llama", "qwen", "gemma"} <= set(by_family)
     for family, versions in by_family.items():
         ordered = sorted(versions)
-        for older, newer in zip(ordered, ordered[1:]):
+        for older, newer in itertools.pairwise(ordered):
             assert max(versions[older]) < min(versions[newer]), (
                 f"{family} {older} not released before {newer}"
             )
@@ -177,7 +182,7 @@ def test_pcie_generations_are_dated_in_order():
     }
     assert len(pcie) >= 2
     ordered = sorted(pcie)
-    for older, newer in zip(ordered, ordered[1:]):
+    for older, newer in itertools.pairwise(ordered):
         assert pcie[older] < pcie[newer], (
             f"PCIe {older}.0 dated {pcie[older]}, PCIe {newer}.0 {pcie[newer]}"
         )

@@ -65,7 +65,7 @@ def test_the_guides_a100_for_about_150_an_hour_is_in_tier_two():
 
 
 @pytest.mark.parametrize(
-    "query,key",
+    ("query", "key"),
     [
         ("Lambda Labs", "lambda"),
         ("colab", "colab-free"),
@@ -114,7 +114,7 @@ def test_hourly_ranges_count_a_bought_card_like_the_hourly_cost(env):
 def test_the_workstation_options_price_range_holds_its_hourly_price():
     from lessonkit import recommend
 
-    options = [o for o in recommend("7B", method="lora", platform="local").options]
+    options = list(recommend("7B", method="lora", platform="local").options)
     assert options
     for option in options:
         low, high = option.price_range

@@ -75,7 +75,7 @@ def test_t4_offers_what_pytorch_reports_on_colab_not_nvidia_smis_15_gib():
 
 
 @pytest.mark.parametrize(
-    "query,expected",
+    ("query", "expected"),
     [
         ("a100", "A100 80GB"),
         ("A100 80GB", "A100 80GB"),
@@ -100,7 +100,7 @@ def test_device_names_are_matched_with_their_memory():
 
 
 @pytest.mark.parametrize(
-    "bad,suggestion", [("a1000", "A100"), ("H1000", "H100"), ("rtx 4900", "RTX 4090")]
+    ("bad", "suggestion"), [("a1000", "A100"), ("H1000", "H100"), ("rtx 4900", "RTX 4090")]
 )
 def test_unknown_names_suggest_close_matches(bad, suggestion):
     with pytest.raises(LessonkitError, match="Did you mean") as err:
@@ -162,7 +162,7 @@ def test_catalog_has_the_gpus_learners_rent_or_buy_in_2025_26():
 
 
 @pytest.mark.parametrize(
-    "query,expected",
+    ("query", "expected"),
     [
         ("NVIDIA B300 SXM6 AC", "B300"),
         ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX PRO 6000"),
@@ -212,7 +212,9 @@ def test_unified_memory_says_what_usable_means():
     for text in (spark.usable_memory_source, spark.notes, spark.unified_memory_note):
         assert "mem_get_info" in text and "total_memory" in text
     assert "shared with the CPU" in spark.memory_text and spark.usable_text in spark.memory_text
-    assert get_gpu("T4").memory_text == "14.75 GiB usable" and get_gpu("T4").unified_memory_note == ""
+    assert (
+        get_gpu("T4").memory_text == "14.75 GiB usable" and get_gpu("T4").unified_memory_note == ""
+    )
     assert spark.to_dict()["unified_memory"] is True
 
 

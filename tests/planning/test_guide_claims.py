@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from lessonkit import (
     get_environment,
     get_gpu,
@@ -128,7 +126,7 @@ def test_the_guides_gpu_table_is_checked_row_by_row():
     assert "holds for QLoRA only" in rows[2] and "pure bf16" in rows[2]
     assert "holds for LoRA only" in rows[1] and "'7B with larger batches' holds" in rows[1]
     assert "'SFT of 7B/8B models using LoRA' holds" in rows[0]
-    for row, gpu in zip(rows, ("RTX 4090", "RTX A6000", "A100 80GB", "H100 SXM")):
+    for row, gpu in zip(rows, ("RTX 4090", "RTX A6000", "A100 80GB", "H100 SXM"), strict=True):
         assert f"({get_gpu(gpu).memory_gb:g} GB, {get_gpu(gpu).usable_text} usable)" in row
 
 

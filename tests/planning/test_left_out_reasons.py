@@ -26,8 +26,7 @@ RUNS = [
 
 def _fits(spec, gpu, count, methods):
     return any(
-        (fit := find_fit(spec, m, gpu.usable_bytes, count, native_bf16=gpu.native_bf16))
-        is not None
+        (fit := find_fit(spec, m, gpu.usable_bytes, count, native_bf16=gpu.native_bf16)) is not None
         and fit.fits
         for m in methods
     )
@@ -81,7 +80,7 @@ def _check(spec, method, budget, tokens, key, reason):
         pytest.fail(f"{key}: a reason of no known kind: {reason}")
 
 
-@pytest.mark.parametrize("size,method,budget,tokens", RUNS)
+@pytest.mark.parametrize(("size", "method", "budget", "tokens"), RUNS)
 def test_every_reason_for_leaving_an_environment_out_holds(size, method, budget, tokens):
     spec = resolve_model(size)
     rec = recommend(spec, method=method, budget=budget, tokens=tokens)

@@ -43,7 +43,7 @@ def test_the_decision_flows_976_percent_of_an_a100_is_tight():
 
 
 @pytest.mark.parametrize(
-    "size,method,budget", [("7B", None, "free"), ("70B", None, None), ("13B", "lora", None)]
+    ("size", "method", "budget"), [("7B", None, "free"), ("70B", None, None), ("13B", "lora", None)]
 )
 def test_every_option_says_tight_exactly_when_the_rule_says_so(size, method, budget):
     rec = recommend(size, method=method, budget=budget)
