@@ -277,13 +277,38 @@ def colab_a100_verdict(model: Any = "7B") -> str:
     return text + "."
 
 
-# The guide's GPU Selection Matrix: tier, the GPU as the catalog names it, its VRAM, 'Best for'.
+# The guide's GPU Selection Matrix: tier, its name for the GPU, the catalog's, its VRAM and
+# 'Best for'.
 GUIDE_MATRIX = (
-    ("Consumer High-End", "RTX 4090", 24, "SFT of 7B/8B models using LoRA"),
-    ("Prosumer/Workstation", "RTX A6000", 48, "SFT of 13B models or 7B with larger batches"),
-    ("Enterprise Cloud", "A100 80GB", 80, "Fine-tuning 70B models or full SFT of 7B models"),
-    ("State-of-the-Art", "H100 SXM", 80, "The fastest training available today"),
+    ("Consumer High-End", "NVIDIA RTX 4090", "RTX 4090", 24, "SFT of 7B/8B models using LoRA"),
+    (
+        "Prosumer/Workstation",
+        "NVIDIA A6000",
+        "RTX A6000",
+        48,
+        "SFT of 13B models or 7B with larger batches",
+    ),
+    (
+        "Enterprise Cloud",
+        "NVIDIA A100",
+        "A100 80GB",
+        80,
+        "Fine-tuning 70B models or full SFT of 7B models",
+    ),
+    ("State-of-the-Art", "NVIDIA H100", "H100 SXM", 80, "The fastest training available today"),
 )
+
+
+def _guide_name(guide: str, gpu: GPU) -> str:
+    """How the guide's name for a GPU relates to the catalog's: the other catalog cards its
+    model number could be read as ('A6000': the RTX 6000 Ada and RTX PRO 6000 too)."""
+    number = guide.split()[-1]
+    key = number.lstrip("A") if len(number) > 4 else number  # 'A6000' reads as '6000'
+    others = [g.name for g in list_gpus() if g is not gpu and key in g.name.replace(" ", "")]
+    text = f"the guide's '{guide}' is the catalog's {gpu.name}"
+    if others:
+        text += f" (not the {' or '.join(others)})"
+    return text
 
 
 def guide_gpu_table() -> list[str]:
@@ -292,12 +317,12 @@ def guide_gpu_table() -> list[str]:
     compute)."""
     seven, thirteen, seventy = (resolve_model(size) for size in ("7B", "13B", "70B"))
     rows = []
-    for tier, name, vram, best_for in GUIDE_MATRIX:
+    for tier, guide, name, vram, best_for in GUIDE_MATRIX:
         gpu = get_gpu(name)
-        memory = (
-            f"its {vram}GB is the card's size ({gpu.memory_gb:g} GB, {gpu.usable_text} usable)"
+        memory = _guide_name(guide, gpu) + (
+            f"; its {vram}GB is the card's size ({gpu.memory_gb:g} GB, {gpu.usable_text} usable)"
             if gpu.memory_gb == vram
-            else f"its {vram}GB is wrong: the {gpu.name} has {gpu.memory_gb:g} GB"
+            else f"; its {vram}GB is wrong: the {gpu.name} has {gpu.memory_gb:g} GB"
         )
         if name == "RTX 4090":
             lora = _one_fit(seven, "lora", gpu, 1, DEFAULT_SEQ)
@@ -352,7 +377,7 @@ def guide_gpu_table() -> list[str]:
                 if faster
                 else f"'{best_for}' holds: no catalog GPU has more dense bf16 compute"
             )
-        rows.append(f"{tier}, {name} (the guide's {vram}GB): {memory}; {claim}.")
+        rows.append(f"{tier}, {guide} {vram}GB: {memory}; {claim}.")
     return rows
 
 

@@ -10,8 +10,11 @@ peak memory from ``estimate``, headroom, price, time and cost, and why.
 limit). Buying a workstation is considered with no budget or 'high' (its price spread over its
 working hours, plus power), not under a cap per hour. ``platform``: an environment ('colab',
 'lambda', 'local', ...) or a tier ('hobbyist', 'engineer', 'enterprise', 'own hardware', or 1-3).
-Each environment without an option says why in ``Recommendation.left_out``: memory, budget,
-buying hardware, availability or platform.
+Each environment without an option says why in ``Recommendation.left_out``: memory (with the
+setup that comes closest and what it would need), session or weekly limits, budget, buying
+hardware, availability or platform (planning/left_out.py). QLoRA on several GPUs runs data
+parallel, each GPU holding the whole 4-bit model (planning/fitting.py). ``cheapest()`` and
+``fastest()`` look over every offer of every environment, not over each environment's first row.
 """
 
 from __future__ import annotations

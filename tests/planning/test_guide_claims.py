@@ -125,6 +125,11 @@ def test_the_guides_gpu_table_is_checked_row_by_row():
     assert all(f"{g.name} ({g.bf16_tflops:g})" in rows[3] for g in faster)
     assert "holds for QLoRA only" in rows[2] and "pure bf16" in rows[2]
     assert "holds for LoRA only" in rows[1] and "'7B with larger batches' holds" in rows[1]
+    assert (
+        "'NVIDIA A6000' is the catalog's RTX A6000 (not the RTX 6000 Ada or RTX PRO 6000)"
+        in rows[1]
+    )
+    assert "'NVIDIA A100' is the catalog's A100 80GB (not the A100 40GB)" in rows[2]
     assert "'SFT of 7B/8B models using LoRA' holds" in rows[0]
     for row, gpu in zip(rows, ("RTX 4090", "RTX A6000", "A100 80GB", "H100 SXM"), strict=True):
         assert f"({get_gpu(gpu).memory_gb:g} GB, {get_gpu(gpu).usable_text} usable)" in row
