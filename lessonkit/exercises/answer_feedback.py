@@ -110,5 +110,5 @@ def _is_guide_figure(span: tuple[float, float], guide: dict[str, Any], unit: str
     low, high = span
     text = guide["answer"]
     figure = _read_range(text, unit) or (_read_number(text, unit),) * 2
-    same = all(math.isclose(a, b, rel_tol=1e-3) for a, b in zip(span, figure))
+    same = all(math.isclose(a, b, rel_tol=1e-3) for a, b in zip(span, figure, strict=False))
     return same or (low == high and figure[0] <= low <= figure[1])

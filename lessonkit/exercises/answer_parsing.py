@@ -122,7 +122,7 @@ def _read_number(answer: object, unit: str) -> float:
             "That is a whole MemoryReport: answer with the number the question asks "
             "for, such as report.total_bytes or report.breakdown['gradients']."
         )
-    if isinstance(answer, bool) or isinstance(answer, (list, tuple, set, dict)):
+    if isinstance(answer, (bool, list, tuple, set, dict)):
         raise _Unreadable(f"Expected one number ({example}), got {_describe(answer)}.")
     if isinstance(answer, str):
         if len(answer) > _MAX_CHARS:

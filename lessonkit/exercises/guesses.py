@@ -129,7 +129,7 @@ def _read(guess: object, kind: str) -> Guess:
             value = _read_name(guess, kind)
             shown = value
     except _Unreadable as err:
-        return Guess(kind, None, f"Cannot read the guess {echo(guess)}: {err}")
+        return Guess(kind, None, " ".join(f"Cannot read the guess {echo(guess)}: {err}".split()))
     return Guess(kind, value, f"Your guess: {shown}.")
 
 

@@ -71,9 +71,10 @@ def reveal_text(guess: object, kind: str, actual: Any) -> str:
     ``read_guess``."""
     read = read_guess(guess, kind)
     try:
-        return clean(compare(read, actual))
+        text = compare(read, actual)
     except Exception as err:  # an answer whose own methods raise
-        return clean(f"{read.message} (The answer could not be shown: {describe_error(err, 120)}.)")
+        text = f"{read.message} (The answer could not be shown: {describe_error(err, 120)}.)"
+    return " ".join(clean(text).split())  # one line, whatever the answer's names hold
 
 
 def reveal(guess: object, kind: str, actual: Any) -> Revealed:

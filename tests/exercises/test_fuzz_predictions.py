@@ -21,7 +21,10 @@ NUMBER_READ_AS_NONSENSE = re.compile(r"guessed (nan|inf|-)|(nan|inf)%|answer is 
 
 
 class Raises:
-    """Every dunder a reveal might touch raises."""
+    """Every dunder a reveal might touch raises (Hypothesis shows it by _repr_pretty_)."""
+
+    def _repr_pretty_(self, printer, cycle):
+        printer.text("Raises()")
 
     def __repr__(self):
         raise RuntimeError("repr")
