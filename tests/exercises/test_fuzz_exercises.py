@@ -1,5 +1,7 @@
-"""exercises.check against odd answers of every type, for every question id: it never raises,
-answers each within a second, and keeps its feedback short, whatever the answer does."""
+"""exercises.check against odd answers of every type, for every question id: it never raises
+and keeps its feedback short, whatever the answer does. (How long a check takes is measured by
+benchmarks, not asserted here: a busy machine must not fail a test; the reflection check's work
+is bounded in tests/exercises/test_reflections.py.)"""
 
 from __future__ import annotations
 
@@ -16,15 +18,11 @@ from hypothesis import strategies as st
 from lessonkit.exercises.check_result import STATUSES
 from lessonkit.exercises.checking import check, question_ids
 
-SECONDS = 1.0  # the promise: any answer is checked within a second
 MESSAGE_CHARS = 2_000  # feedback echoes a short part of an answer, never all of it
 
 
 def checked(qid: str, answer: object):
-    start = time.perf_counter()
     result = check(qid, answer, show=False)
-    took = time.perf_counter() - start
-    assert took < SECONDS, f"{qid}: {took:.2f} s"
     assert result.status in STATUSES and result.message
     text = str(result) + result._repr_html_()
     assert len(result.message) + sum(map(len, result.details)) < MESSAGE_CHARS, text[:300]
@@ -241,7 +239,7 @@ ODD_ANSWERS = {
 
 
 @pytest.mark.parametrize("label", list(ODD_ANSWERS))
-def test_odd_answers_never_raise_and_are_answered_within_a_second(label):
+def test_odd_answers_never_raise(label):
     answer = ODD_ANSWERS[label]
     for qid in question_ids():
         result = checked(qid, answer)
@@ -332,10 +330,9 @@ def test_random_answers_never_raise(qid, answer):
     text=NUMBERISH,
     unit=st.sampled_from(["GB", "s", "h", "$", "$/h", "x", "B/param", "params", "GPUs", "GiB", ""]),
 )
-def test_the_number_and_range_reader_is_total_and_fast(text, unit):
+def test_the_number_and_range_reader_is_total(text, unit):
     from lessonkit.exercises.answer_parsing import _read_number, _read_range, _Unreadable
 
-    start = time.perf_counter()
     try:
         value = _read_number(text, unit)
         assert isinstance(value, float) and math.isfinite(value)
@@ -343,4 +340,3 @@ def test_the_number_and_range_reader_is_total_and_fast(text, unit):
         assert str(err)
     span = _read_range(text, unit)
     assert span is None or span[0] <= span[1]
-    assert time.perf_counter() - start < 0.1

@@ -61,7 +61,9 @@ def run_nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
         MPLBACKEND="Agg",
     )
     result = subprocess.run(
-        [str(BIN / "nbgrader"), *args],
+        # the interpreter running the tests, so that its lessonkit is the one graded (a console
+        # script may belong to another environment)
+        [sys.executable, "-m", "nbgrader", *args],
         cwd=course,
         env=env,
         capture_output=True,

@@ -21,8 +21,7 @@ HEAVY = ("torch", "transformers", "matplotlib", "peft", "ipywidgets")
 def test_import_is_light():
     code = (
         "import sys, time; t = time.perf_counter(); import lessonkit; "
-        "print(time.perf_counter() - t); print(','.join(m for m in %r if m in sys.modules))"
-        % (HEAVY,)
+        f"print(time.perf_counter() - t); print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     seconds, loaded = out.stdout.splitlines()[0], out.stdout.splitlines()[1:]
