@@ -12,7 +12,7 @@ import math
 from itertools import islice
 from typing import Any
 
-from ..errors import normalise_name
+from ..errors import normalise_name, real_number, show_number
 from ..safe_repr import short_str
 from .guesses import Guess, clean, echo, memory_text, shorten
 
@@ -181,6 +181,11 @@ def _shown_names(names: list[str]) -> str:
 
 
 def _compare_names(read: Guess, actual: Any) -> str:
+    if read.ok and real_number(actual) is not None:  # a number where a name belongs
+        return (
+            f"You guessed {read.value}; the answer given is not a name but the number "
+            f"{show_number(actual)}: nothing to compare."
+        )
     names = _answer_names(actual)
     shown = _shown_names(names)
     if not read.ok:
