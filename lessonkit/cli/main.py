@@ -174,8 +174,8 @@ def run_vram(args: argparse.Namespace) -> int:
 
     from ..errors import choose
     from ..memory.estimating import estimate
-    from ..options import METHODS
     from ..memory.settings import usual_precision
+    from ..options import METHODS
     from ..planning.fitting import vram_fixes
 
     targets = None if args.lora_targets is None else args.lora_targets.strip()

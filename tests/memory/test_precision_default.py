@@ -60,7 +60,8 @@ def test_the_oom_doctor_takes_the_same_default(capsys):
     )
     diagnosis = lessonkit.oom_doctor(oom, model="llama-3.2-3b", method="lora", batch_size=8)
     assert diagnosis.report.settings["precision"] == "bf16"
-    assert main(["oom", oom, "--model", "llama-3.2-3b", "--method", "lora", "--batch-size", "8", "--json"]) == 0
+    flags = ["--model", "llama-3.2-3b", "--method", "lora", "--batch-size", "8", "--json"]
+    assert main(["oom", oom, *flags]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["estimated_peak_bytes"] == diagnosis.report.total_bytes
 
