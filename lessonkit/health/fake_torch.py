@@ -46,7 +46,20 @@ def fake_torch(
         cuda.get_device_name = cuda.get_device_properties = cuda.mem_get_info = no_gpu
         cuda.get_device_capability = no_gpu
     torch.cuda = cuda
+    torch.__dict__["_lessonkit_spec"] = (total_memory, name, capability)  # to make it again
     return torch
+
+
+def torch_spec(torch: types.ModuleType) -> tuple[int | None, str, tuple[int, int]]:
+    """The arguments ``fake_torch`` made this stand-in with (to make it again in a child)."""
+    spec: tuple[int | None, str, tuple[int, int]] = torch.__dict__["_lessonkit_spec"]
+    return spec
+
+
+def fake_torch_from_spec(spec: tuple[Any, ...]) -> types.ModuleType:
+    """``fake_torch(*spec)``, for a spec from ``torch_spec``."""
+    total_memory, name, (major, minor) = spec
+    return fake_torch(total_memory, name, (major, minor))
 
 
 class TimeLimitExceeded(Exception):
@@ -148,7 +161,7 @@ def run_with_fake_torch(
                         "for input?)"
                     )
     finally:
-        for key, module in zip(("torch", "torch.cuda"), saved):
+        for key, module in zip(("torch", "torch.cuda"), saved, strict=True):
             if module is None:
                 sys.modules.pop(key, None)
             else:
