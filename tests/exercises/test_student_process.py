@@ -310,3 +310,14 @@ def test_without_processes_the_thread_fallback_still_checks(monkeypatch):
 def loops_forever():
     while True:
         pass
+
+
+def test_the_instructor_guide_states_the_cages_limits():
+    from lessonkit.exercises.student_code import _FUNCTION_TIME_LIMIT
+
+    guide = " ".join(
+        (Path(__file__).resolve().parents[2] / "docs" / "instructor-guide.md").read_text().split()
+    )
+    assert f"at most {student_process.MAX_PRINTED:,} characters per case" in guide
+    assert f"{_FUNCTION_TIME_LIMIT} s after it began" in guide
+    assert "not prevented: files written to absolute paths" in guide
