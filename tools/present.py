@@ -32,6 +32,9 @@ from pathlib import Path
 
 import nbformat
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bootstrap import is_install_cell  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 SLIDES = ROOT / "artifacts" / "slides"
@@ -62,7 +65,8 @@ def _first_line(cell: nbformat.NotebookNode) -> str:
 
 def setup_cells(cells: list) -> set[int]:
     """Indices of the set-up cells: after the title, before the first section that is not
-    "## Settings" (install, settings, parameters, imports), plus any later install cell."""
+    "## Settings" (install, settings, parameters, imports), plus the install cell wherever it
+    is (tools/bootstrap.py's, today's or an older one)."""
     first = next(
         (
             i
@@ -74,7 +78,7 @@ def setup_cells(cells: list) -> set[int]:
         ),
         len(cells),
     )
-    return set(range(1, first)) | {i for i, c in enumerate(cells) if "pip install" in c.source}
+    return set(range(1, first)) | {i for i, c in enumerate(cells) if is_install_cell(c)}
 
 
 def slide_type(cell: nbformat.NotebookNode, index: int, setup: set[int] = frozenset()) -> str:
@@ -154,7 +158,7 @@ def dashboard(nb: nbformat.NotebookNode, title: str) -> nbformat.NotebookNode:
     keep = [
         cells[i]
         for i in sorted(setup_cells(cells))
-        if cells[i].cell_type == "code" and "pip install" not in cells[i].source
+        if cells[i].cell_type == "code" and not is_install_cell(cells[i])
     ]
     out = [nbformat.v4.new_markdown_cell(f"# {title}: explorers")] + [
         copy.deepcopy(c) for c in keep
