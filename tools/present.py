@@ -33,7 +33,7 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bootstrap import is_install_cell  # noqa: E402
+from bootstrap import is_install_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -51,7 +51,9 @@ def find_notebook(number: str, folder: Path = NOTEBOOKS) -> Path:
     names = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
     key = str(number).strip()
     for path in names:
-        if key in (path.name, path.stem) or (key.isdigit() and path.name[:2] == f"{int(key):02d}"):
+        # isdecimal, not isdigit: '²' is a digit that int() refuses.
+        number_matches = key.isdecimal() and len(key) <= 3 and path.name[:2] == f"{int(key):02d}"
+        if key in (path.name, path.stem) or number_matches:
             return path
     raise PresentError(
         f"No notebook {number!r}; choose one of "
@@ -108,8 +110,13 @@ def mark(paths: list[Path], check: bool) -> list[Path]:
     """Set (or with ``check`` only compare) the slide metadata; the paths not in step."""
     off = []
     for path in paths:
-        text = path.read_text(encoding="utf-8")
-        new = nbformat.writes(marked(nbformat.reads(text, as_version=4))) + "\n"
+        try:
+            text = path.read_text(encoding="utf-8")
+            nb = nbformat.reads(text, as_version=4)
+        except (OSError, UnicodeDecodeError, ValueError) as err:  # nbformat's errors are these
+            why = " ".join(str(err).split())[:200]
+            raise PresentError(f"Cannot read {str(path)!r} as a notebook: {why}") from None
+        new = nbformat.writes(marked(nb)) + "\n"
         if new != text:
             off.append(path)
             if not check:
