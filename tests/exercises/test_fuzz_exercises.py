@@ -21,17 +21,22 @@ from work_counter import count_calls
 from lessonkit.exercises.check_result import STATUSES
 from lessonkit.exercises.checking import check, question_ids
 
-# The promise: whatever the answer, a check makes at most this many function calls (Python and
-# C, counted by tests/work_counter.py). Computing an expected answer takes up to about 50,000
-# (04.1 estimates every preset); an answer whose size makes the work grow, such as a rescan of
-# a long text for every match, goes far past it.
+# The promise: whatever the answer, a check makes a bounded number of function calls (Python
+# and C, counted by tests/work_counter.py): up to MAX_CALLS (computing an expected answer takes
+# up to about 50,000: 04.1 estimates every preset), plus CALLS_PER_CHARACTER for each character
+# of a text answer, up to its first READ_CHARACTERS (a reflection is read clause by clause). Work
+# that grows faster than the text, such as a rescan of the whole answer for every match, goes far
+# past it: 20,000 characters of sentences once took 416,000 calls.
 MAX_CALLS = 100_000
+CALLS_PER_CHARACTER = 10
+READ_CHARACTERS = 100_000
 MESSAGE_CHARS = 2_000  # feedback echoes a short part of an answer, never all of it
 
 
 def checked(qid: str, answer: object):
     result, calls = count_calls(lambda: check(qid, answer, show=False))
-    assert calls < MAX_CALLS, f"{qid}: {calls:,} calls"
+    characters = min(len(answer), READ_CHARACTERS) if type(answer) is str else 0
+    assert calls < MAX_CALLS + CALLS_PER_CHARACTER * characters, f"{qid}: {calls:,} calls"
     assert result.status in STATUSES and result.message
     text = str(result) + result._repr_html_()
     assert len(result.message) + sum(map(len, result.details)) < MESSAGE_CHARS, text[:300]
