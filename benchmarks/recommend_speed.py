@@ -38,13 +38,13 @@ def main() -> None:
     }
     for name, kwargs in cases.items():
 
-        def cold() -> None:
+        def cold(kwargs: dict = kwargs) -> None:
             clear_estimate_cache()
             lessonkit.recommend(**kwargs)
 
         print(
             f"recommend {name:<24} cold {median_ms(cold, args.repeats):8.1f} ms   "
-            f"cached {median_ms(lambda: lessonkit.recommend(**kwargs), args.repeats):8.1f} ms"
+            f"cached {median_ms(lambda kwargs=kwargs: lessonkit.recommend(**kwargs), args.repeats):8.1f} ms"
         )
     start = time.perf_counter()
     lessonkit.check_gpu_health()

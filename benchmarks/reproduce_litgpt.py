@@ -48,6 +48,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -108,7 +109,7 @@ class MatMul4bit(torch.autograd.Function):
     grad_output's dtype, for grad_A; no gradient for the frozen weight.
     """
 
-    kept: set[int] = set()  # storages of the inputs kept so far, for the breakdown
+    kept: ClassVar[set[int]] = set()  # storages of the inputs kept so far, for the breakdown
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, packed: torch.Tensor, layer: Linear4bit) -> torch.Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import platform as _pyplatform
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import safe_text
@@ -56,7 +57,7 @@ def check_gpu_health(model: Any = "7B", *, smoke_test: bool = True) -> HealthRep
 def _check(model: Any, smoke_test: bool) -> HealthReport:
     report = HealthReport(model=safe_text(model, name=True))
     report.versions["python"] = _pyplatform.python_version()
-    steps = (
+    steps: tuple[tuple[str, Callable[[], object]], ...] = (
         ("platform", lambda: setattr(report, "platform", detect_platform())),
         ("nvml", lambda: probes.probe_nvml(report)),
         ("torch", lambda: probes.probe_torch(report, smoke_test=smoke_test)),

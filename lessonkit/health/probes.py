@@ -6,6 +6,7 @@ caller (health.check_gpu_health) catches anything unexpected.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import warnings
@@ -102,10 +103,8 @@ def probe_nvml(report: HealthReport) -> None:
         if kind in _NVML_BROKEN_DRIVER:
             report.nvml.update(driver_broken=True, fix=_NVML_BROKEN_DRIVER[kind][1])
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def _nvml_gpus(report: HealthReport) -> list[dict[str, Any]]:
@@ -225,10 +224,8 @@ def _mps(report: HealthReport, torch: Any, smoke_test: bool) -> bool:
         return False
     report.backend = "mps"
     total = None
-    try:
+    with contextlib.suppress(Exception):
         total = int(torch.mps.recommended_max_memory())
-    except Exception:
-        pass
     device = Device(
         index=0,
         name="Apple MPS (unified memory)",
@@ -406,7 +403,7 @@ def _device(report: HealthReport, torch: Any, i: int, smoke_test: bool) -> Devic
         device.native_bf16 = (major, minor) >= (8, 0)
         device.tf32 = (major, minor) >= (8, 0)
     try:
-        free, total = cuda.mem_get_info(i)
+        free, _total = cuda.mem_get_info(i)
         device.free_memory_bytes = int(free)
     except Exception as err:
         report.add(
@@ -459,7 +456,8 @@ def _smoke(torch: Any, device: str) -> str:
             return f"failed: wrong result {value:g} (expected {64**3})"
         return "passed"
     except Exception as err:
-        return f"failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"
+        first_line = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        return f"failed: {type(err).__name__}: {first_line}"
 
 
 # ----- after the probes ---------------------------------------------------------------------

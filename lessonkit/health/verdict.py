@@ -35,7 +35,7 @@ def device_lines(spec: ModelSpec, devices: list[Any]) -> list[str]:
     groups: dict[tuple[str, int], list[Any]] = {}
     for d in devices:
         groups.setdefault((d.name, int(d.total_memory_bytes or 0)), []).append(d)
-    (name, total), group = max(groups.items(), key=lambda kv: (len(kv[1]), kv[0][1]))
+    (_name, total), group = max(groups.items(), key=lambda kv: (len(kv[1]), kv[0][1]))
     first = group[0]
     if not total:
         return [

@@ -67,7 +67,7 @@ def default_category(phase: str, survives: bool) -> str:
     return "activations"
 
 
-def _trace(snapshot: Mapping[str, Any], device: int | None) -> tuple[int, list]:
+def _trace(snapshot: Mapping[str, Any], device: int | None) -> tuple[int, list[Any]]:
     traces = snapshot.get("device_traces")
     if not isinstance(traces, Sequence) or not traces:
         raise LessonkitError(

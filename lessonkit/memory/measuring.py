@@ -297,7 +297,7 @@ def run_step(
             model = build_model(spec, settings, device)
         finish_model(model, spec, settings)
         model = parallel.prepare(model)
-        params = [p for p in model.parameters() if p.requires_grad]
+        params: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
         # the optimizer step in backward: one optimizer per parameter (see step_in_backward)
         optimizers = [
             make_optimizer(group, settings.optimizer, settings.precision, on_gpu=device == "cuda")
@@ -327,7 +327,9 @@ def run_step(
             [] if settings.offload_optimizer else [t for o in optimizers for t in state_tensors(o)]
         )
         if settings.optimizer_in_backward:
-            stack.enter_context(step_in_backward(dict(zip(params, optimizers)), tracker))
+            stack.enter_context(
+                step_in_backward(dict(zip(params, optimizers, strict=True)), tracker)
+            )
         for t in states + parallel.gradient_tensors():
             tracker.add(t)
         tracker.add(ids, phase="forward")
@@ -401,7 +403,7 @@ def run_step(
         }
         if settings.activation_offload:
             measured["offloaded_peak_bytes"] = tracker.host_peak
-    phase_peaks = {}
+    phase_peaks: dict[str, int] = {}
     for phase, level in occurrences:
         if phase in PHASES:
             phase_peaks[phase] = max(phase_peaks.get(phase, 0), level)
@@ -439,8 +441,8 @@ def chunked_loss(model: Any, ids: Any, chunks: int) -> Any:
     labels = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)
     total = (labels != -100).sum()
     pieces = [piece.reshape(-1) for piece in labels.tensor_split(chunks, dim=1)]
-    loss = 0.0
-    for logit, label in zip(logits, pieces):
+    loss: Any = 0.0
+    for logit, label in zip(logits, pieces, strict=True):
         logit = logit.reshape(-1, logit.size(-1))
         loss = loss + F.cross_entropy(logit.float(), label, ignore_index=-100, reduction="sum")
     del logits
@@ -448,7 +450,7 @@ def chunked_loss(model: Any, ids: Any, chunks: int) -> Any:
 
 
 @contextlib.contextmanager
-def step_in_backward(optimizers: dict, tracker: Any) -> Iterator[None]:
+def step_in_backward(optimizers: dict[Any, Any], tracker: Any) -> Iterator[None]:
     """The optimizer step fused into backward, as PyTorch's tutorial and torchtune's
     optimizer_in_bwd do it: a hook after each parameter's gradient is accumulated steps that
     parameter's own optimizer and frees the gradient. The gradient is filed under gradients,

@@ -96,7 +96,7 @@ def _fake_bnb_linear4bit(
     return layer
 
 
-_QMAPS: dict[tuple, torch.Tensor] = {}
+_QMAPS: dict[tuple[Any, ...], torch.Tensor] = {}
 
 
 def prepare_fake_bitsandbytes() -> None:
@@ -116,7 +116,7 @@ def prepare_fake_bitsandbytes() -> None:
                 _QMAPS[key] = original(signed, max_exponent_bits, total_bits)
         return _QMAPS[key]
 
-    create_dynamic_map.__wrapped__ = original
+    create_dynamic_map.__wrapped__ = original  # type: ignore[attr-defined]
     F.create_dynamic_map = create_dynamic_map
     if "dynamic" not in F.name2qmap:
         F.name2qmap["dynamic"] = create_dynamic_map()

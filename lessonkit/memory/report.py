@@ -37,6 +37,10 @@ LABELS = {
 PHASES = ("forward", "backward", "optimizer")
 
 
+def _is_bool(value: object) -> bool:
+    return isinstance(value, bool)
+
+
 def _memory_bytes(memory: Any) -> float:
     """Bytes from a number of bytes, a size string ('16 GB') or an object with usable_bytes."""
     usable = getattr(memory, "usable_bytes", None)
@@ -44,7 +48,7 @@ def _memory_bytes(memory: Any) -> float:
         return float(usable)
     if isinstance(memory, str):
         value = parse_bytes(memory)
-    elif isinstance(memory, numbers.Real) and not isinstance(memory, bool):
+    elif isinstance(memory, numbers.Real) and not _is_bool(memory):
         value = float(memory)
     else:
         raise LessonkitError(

@@ -58,11 +58,11 @@ def adam8bit_state_bytes(numel: int) -> int:
     return 2 * (numel + 4 * math.ceil(numel / OPT8_BLOCK))
 
 
-def make_optimizer(params: list, name: str, precision: str, on_gpu: bool) -> Any:
+def make_optimizer(params: list[torch.Tensor], name: str, precision: str, on_gpu: bool) -> Any:
     """The optimizer a run with these settings uses (stand-ins where the real one is GPU-only)."""
     lr = 1e-4
 
-    def adamw(ps: list) -> Any:
+    def adamw(ps: list[torch.Tensor]) -> Any:
         if name == "adamw-fused":
             return torch.optim.AdamW(ps, lr=lr, fused=True)
         return torch.optim.AdamW(ps, lr=lr, foreach=name != "adamw-forloop")
@@ -110,10 +110,10 @@ def legacy_bnb_saves_input(active: bool) -> Iterator[None]:
     fn = bnb.autograd._functions.MatMul4Bit
     original = fn.forward
 
-    def forward(ctx: Any, A: torch.Tensor, B: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        out = original(ctx, A, B, *args, **kwargs)
+    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        out = original(ctx, a, b, *args, **kwargs)
         if any(ctx.needs_input_grad[:2]):
-            ctx.tensors = (A, B)
+            ctx.tensors = (a, b)
         return out
 
     fn.forward = staticmethod(forward)
@@ -219,7 +219,7 @@ class Linear4bitStandIn(nn.Module):
             weight = torch.zeros(
                 (self.out_features, self.in_features),
                 dtype=self.compute_dtype,
-                device=self.packed.device,
+                device=self.packed.device,  # type: ignore[arg-type]
             )
             # Touch the packed values so the result depends on them (the memory is what matters).
             weight.view(-1)[: self.packed.numel()].copy_(self.packed.view(-1))
@@ -297,7 +297,7 @@ class AdamW8bitStandIn(torch.optim.Optimizer):
         self.qmaps: dict[str, torch.Tensor] = {}
 
     @torch.no_grad()
-    def step(self, closure: Callable | None = None) -> None:
+    def step(self, closure: Callable[[], float] | None = None) -> None:
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
@@ -342,7 +342,7 @@ class Lion(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
 
     @torch.no_grad()
-    def step(self, closure: Callable | None = None) -> None:
+    def step(self, closure: Callable[[], float] | None = None) -> None:
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             for p in group["params"]:
@@ -364,7 +364,7 @@ class MasterWeightsAdamW(torch.optim.Optimizer):
     def __init__(
         self,
         params: Iterable[torch.Tensor],
-        make_inner: Callable[[list], torch.optim.Optimizer],
+        make_inner: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
         lr: float = 1e-4,
     ) -> None:
         params = list(params)
@@ -382,9 +382,9 @@ class MasterWeightsAdamW(torch.optim.Optimizer):
         return [m for m in self.masters if id(m) not in params] + state_tensors(self.inner)
 
     @torch.no_grad()
-    def step(self, closure: Callable | None = None) -> None:
+    def step(self, closure: Callable[[], float] | None = None) -> None:
         params = [p for group in self.param_groups for p in group["params"]]
-        copies = [(p, m) for p, m in zip(params, self.masters) if m is not p]
+        copies = [(p, m) for p, m in zip(params, self.masters, strict=True) if m is not p]
         for p, master in copies:
             master.grad = None if p.grad is None else p.grad.float()
         self.inner.step()
@@ -461,6 +461,7 @@ class Parallel:
     @staticmethod
     def _reduce_scatter(shard: torch.Tensor) -> Callable[[torch.Tensor], None]:
         def hook(param: torch.Tensor) -> None:
+            assert param.grad is not None  # the hook runs after the gradient is accumulated
             piece = param.grad.view(-1)[: shard.numel()]
             if shard.grad is None:
                 shard.grad = piece.clone()

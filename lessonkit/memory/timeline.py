@@ -51,7 +51,11 @@ class Timeline:
 
     @property
     def totals(self) -> list[int]:
-        return [sum(values) for values in zip(*self.series.values())] if self.series else []
+        return (
+            [sum(values) for values in zip(*self.series.values(), strict=True)]
+            if self.series
+            else []
+        )
 
     @property
     def peak_index(self) -> int:
@@ -119,7 +123,7 @@ def from_moments(
     series = {c: [int(m.get(c, 0)) for _, m in moments] for c in names}
     phases = [p for p, _ in moments]
     texts = list(labels) if labels is not None else []
-    totals = [sum(v) for v in zip(*series.values())] if series else []
+    totals = [sum(v) for v in zip(*series.values(), strict=True)] if series else []
     keep = keep_extremes(totals, max_points)
     return Timeline(
         phases=[phases[i] for i in keep],

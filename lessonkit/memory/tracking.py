@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +84,7 @@ class Tracker(TorchDispatchMode):
         self.phases: list[str] = []
         self.weight_keys: set[int] = set()
         self.ignored: set[int] = set()  # storages that live off the device (not counted)
-        self._refs: dict[int, weakref.ref] = {}
+        self._refs: dict[int, weakref.ref[Any]] = {}
         self.host_live = self.host_peak = 0  # storages made under label(OFFLOADED)
         self._host_keys: set[int] = set()
 
@@ -125,7 +125,7 @@ class Tracker(TorchDispatchMode):
         self.live[key] = record
         self.records.append(record)
         self.events.append((nbytes, self._phase_index()))
-        self._refs[id(record)] = weakref.ref(storage, lambda _ref, r=record: self._free(r))
+        self._refs[id(record)] = weakref.ref(storage, self._free_when_gone(record))
 
     def _add_host(self, storage: torch.UntypedStorage, nbytes: int) -> None:
         """A host (CPU RAM) copy of a saved activation: counted apart from the device."""
@@ -135,10 +135,14 @@ class Tracker(TorchDispatchMode):
         self._host_keys.add(key)
         self.host_live += nbytes
         self.host_peak = max(self.host_peak, self.host_live)
-        ref = weakref.ref(storage, lambda r: self._free_host(r, key, nbytes))
+        ref: weakref.ref[Any] = weakref.ref(storage, lambda r: self._free_host(r, key, nbytes))
         self._refs[id(ref)] = ref
 
-    def _free_host(self, ref: weakref.ref, key: int, nbytes: int) -> None:
+    def _free_when_gone(self, record: Record) -> Callable[[Any], None]:
+        """The weakref callback that records ``record``'s storage being freed."""
+        return lambda _ref: self._free(record)
+
+    def _free_host(self, ref: weakref.ref[Any], key: int, nbytes: int) -> None:
         self.host_live -= nbytes
         self._host_keys.discard(key)
         self._refs.pop(id(ref), None)
@@ -163,7 +167,7 @@ class Tracker(TorchDispatchMode):
             self.live[record.key] = record
             self.records.append(record)
             self.events.append((record.nbytes, self._phase_index()))
-            self._refs[id(record)] = weakref.ref(storage, lambda _ref, r=record: self._free(r))
+            self._refs[id(record)] = weakref.ref(storage, self._free_when_gone(record))
 
     def __enter__(self) -> Tracker:
         original = self._original_resize = torch.UntypedStorage.resize_
@@ -173,7 +177,7 @@ class Tracker(TorchDispatchMode):
             self._resized(storage)
             return out
 
-        torch.UntypedStorage.resize_ = resize_  # not seen by dispatch modes
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[assignment]  # not seen by dispatch modes
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> Any:
@@ -200,7 +204,11 @@ class Tracker(TorchDispatchMode):
         self.events.append((0, self._phase_index()))
 
     def __torch_dispatch__(
-        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
     ) -> Any:
         out = func(*args, **(kwargs or {}))
         copy_of_weight = False
@@ -223,7 +231,7 @@ class Tracker(TorchDispatchMode):
             levels[phase_idx] = max(levels[phase_idx], before, total)
             if self.phases[phase_idx] not in ("setup", "end") and total > best:
                 best, best_at = total, i
-        return list(zip(self.phases, levels)), best_at
+        return list(zip(self.phases, levels, strict=True)), best_at
 
     def alive_at(self, event: int) -> list[Record]:
         """Records live just after event number ``event``."""

@@ -285,7 +285,10 @@ def test_charts_and_explorers_with_the_oldest_versions_pyproject_allows():
         check=True,
     ).stdout.split()
     floors = [pin.split("==")[1].rstrip("*") for pin in profiles.lowest()[:2]]
-    assert [v.startswith(f) for v, f in zip(shown, floors)] == [True, True], (shown, floors)
+    assert [v.startswith(f) for v, f in zip(shown, floors, strict=True)] == [True, True], (
+        shown,
+        floors,
+    )
     run = subprocess.run(
         [
             str(python),

@@ -79,7 +79,7 @@ def fake_torch(
         if warning:
             import warnings
 
-            warnings.warn(warning, UserWarning)
+            warnings.warn(warning, UserWarning, stacklevel=2)
         return available
 
     def init():
@@ -360,7 +360,7 @@ def test_outputs_are_complete(machine):
 
 # ----- pieces -------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "arch,archs,expected",
+    ("arch", "archs", "expected"),
     [
         ("sm_75", ["sm_75", "sm_80"], True),
         ("sm_60", ["sm_75", "sm_80"], False),
@@ -376,7 +376,7 @@ def test_kernels_in_wheel(arch, archs, expected):
 
 
 @pytest.mark.parametrize(
-    "environ,modules,paths,key",
+    ("environ", "modules", "paths", "key"),
     [
         ({}, ["google.colab"], [], "colab"),
         ({"COLAB_RELEASE_TAG": "release-colab_20261101-060000_RC00"}, [], ["/content"], "colab"),
