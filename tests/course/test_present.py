@@ -47,7 +47,7 @@ def test_slides_follow_the_headings(path):
     cells = nbformat.read(path, as_version=4).cells
     types = [c.metadata["slideshow"]["slide_type"] for c in cells]
     assert types[0] == "slide"
-    for cell, kind in zip(cells, types):
+    for cell, kind in zip(cells, types, strict=True):
         first = cell.source.lstrip().splitlines()[0] if cell.source.strip() else ""
         if cell.cell_type == "markdown" and first.startswith("## ") and first != "## Settings":
             assert kind == "slide", first
@@ -175,5 +175,5 @@ def test_jupyterlab_rise_is_installed_and_enabled():
         timeout=120,
     )
     listing = result.stdout + result.stderr
-    line = next((l for l in listing.splitlines() if "jupyterlab-rise" in l), "")
+    line = next((entry for entry in listing.splitlines() if "jupyterlab-rise" in entry), "")
     assert "enabled" in line and "OK" in line, listing

@@ -81,7 +81,7 @@ def test_solutions_carry_nbgrader_cells_for_every_question(name):
     text = "\n".join(source(c) for c in cells)
     ids = [meta(c)["grade_id"] for c in cells if meta(c)]
     assert all(GRADE_ID.match(i) for i in ids) and len(ids) == len(set(ids))
-    for index, cell in enumerate(cells):
+    for cell in cells:
         has_marker = "BEGIN SOLUTION" in source(cell) or "END SOLUTION" in source(cell)
         # Markers only inside solution cells (no prose that nbgrader would take for one).
         assert has_marker == bool(meta(cell).get("solution")), (name, cell["id"])
