@@ -331,12 +331,15 @@ class BreakdownChart:
         if not self.note.get_text():
             return True
         renderer = self.ax.figure._get_renderer()
-        box = self.note.get_window_extent(renderer).padded(2)
+        text = self.note.get_window_extent(renderer)
+        box = text.padded(2)
         others = [p for c in self.containers.values() for p in c.patches if p.get_height()]
         others += [*self._gpu_texts_over_bars(), *self.peak_texts]
+        # a note long enough to reach the axes' edge is drawn under the spines when live
+        spines = [s.get_window_extent(renderer) for s in self.ax.spines.values()]
         return not any(
             box.overlaps(a.get_window_extent(renderer)) for a in others if a.get_visible()
-        )
+        ) and not any(text.overlaps(spine) for spine in spines)
 
     def _gpu_texts_over_bars(self) -> list[Any]:
         # A GPU size label beside the bars never changes; only one a bar can reach must be

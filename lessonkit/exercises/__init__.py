@@ -1,5 +1,6 @@
 """What the notebooks check: ``check(question_id, answer)`` in the practice notebooks,
-``predict``/``reveal`` in the course notebooks, and ``autograde`` for nbgrader.
+``predict``/``reveal`` and the recall ``quiz`` in the course notebooks, and ``autograde`` for
+nbgrader.
 
 Layer 8 of lessonkit: imports every layer below it (expected answers are computed by the
 calculator and the catalogs when they are checked), never the command line.
@@ -10,6 +11,7 @@ from .checking import answer_key, check, hint, key_points_found, options, questi
 from .expected import bandwidth_ladder
 from .grading import autograde, run_on_this_machine
 from .predictions import predict, reveal
+from .quiz import quiz, quiz_ids
 
 __all__ = [
     "STATUSES",
@@ -23,6 +25,8 @@ __all__ = [
     "options",
     "predict",
     "question_ids",
+    "quiz",
+    "quiz_ids",
     "reveal",
     "run_on_this_machine",
 ]

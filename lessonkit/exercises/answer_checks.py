@@ -21,6 +21,7 @@ from .answer_parsing import (
 from .check_result import CheckResult
 from .expected import EXPECTED as _EXPECTED
 from .expected import bandwidth_data as _bandwidth_data
+from .wrong_choices import reason
 
 
 def _check_number(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
@@ -106,13 +107,13 @@ def _check_table(qid: str, question: dict[str, Any], answer: object) -> CheckRes
         by_key |= {normalise_name(alias): row for alias in aliases if row in expected}
     given: dict[str, object] = {}
     details, unknown = [], []
-    for key, value in answer.items():
-        key = short_str(key, _MAX_CHARS)
-        row = by_key.get(normalise_name(key))
-        if row is None:
+    for written, value in answer.items():
+        key = short_str(written, _MAX_CHARS)
+        matched = by_key.get(normalise_name(key))
+        if matched is None:
             unknown.append(key)
         else:
-            given[row] = value
+            given[matched] = value
     right = 0
     for row, exp in expected.items():
         if row not in given or _is_placeholder(given[row]):
@@ -166,13 +167,17 @@ def _check_choice(qid: str, question: dict[str, Any], answer: object) -> CheckRe
             )
     elif isinstance(answer, (list, tuple, set, frozenset)):
         return CheckResult(qid, title, "not yet", "Pick one option (a string), not a list.")
+    written: list[object] = list(raw) if multi else [answer]  # type: ignore[call-overload]
     try:
-        picks = {_pick(item, question) for item in raw} if multi else {_pick(answer, question)}
+        named = {_pick(item, question): item for item in written}
     except _Unreadable as err:
         return CheckResult(qid, title, "not yet", str(err))
+    picks = set(named)
     shown = ", ".join(sorted(picks)) or "nothing"
     if (picks == accepted) if multi else (picks <= accepted):
         return CheckResult(qid, title, "correct", f"Correct: {shown}.")
+    # A wrong GPU, environment or model gets the reason it is not the answer.
+    reasons = {pick: reason(qid, pick, named[pick]) for pick in sorted(picks - accepted)}
     if multi:
         wrong, missing = len(picks - accepted), len(accepted - picks)
         parts = (
@@ -182,5 +187,11 @@ def _check_choice(qid: str, question: dict[str, Any], answer: object) -> CheckRe
             if missing
             else []
         )
-        return CheckResult(qid, title, "not yet", f"Not yet: {' and '.join(parts)}.")
-    return CheckResult(qid, title, "not yet", f"Not yet: {shown} is not the answer.")
+        details = [f"✘ {pick}: {why}" for pick, why in reasons.items() if why]
+        return CheckResult(
+            qid, title, "not yet", f"Not yet: {' and '.join(parts)}.", details=details
+        )
+    why = reasons.get(shown, "")
+    return CheckResult(
+        qid, title, "not yet", f"Not yet: {shown} is not the answer{': ' + why if why else ''}."
+    )

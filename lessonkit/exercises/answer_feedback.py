@@ -79,10 +79,10 @@ _OTHER_EXAMPLES = {
     "$": "'$7.25' or 7.25",
     "$/h": "'$3.10/h' or 3.1",
     "x": "'7x' or 7",
-    "B/param": "'9 B/param' or 9",
-    "params": "'2.1M' or 2.1e6",
-    "GPUs": "5",
-    "GiB": "'11.5 GiB' or 11.5",
+    "B/param": "'6 B/param' or 6",
+    "params": "'35M' or 3.5e7",
+    "GPUs": "40",
+    "GiB": "'9.5 GiB' or 9.5",
     "": "7",
 }
 
@@ -110,5 +110,5 @@ def _is_guide_figure(span: tuple[float, float], guide: dict[str, Any], unit: str
     low, high = span
     text = guide["answer"]
     figure = _read_range(text, unit) or (_read_number(text, unit),) * 2
-    same = all(math.isclose(a, b, rel_tol=1e-3) for a, b in zip(span, figure))
+    same = all(math.isclose(a, b, rel_tol=1e-3) for a, b in zip(span, figure, strict=False))
     return same or (low == high and figure[0] <= low <= figure[1])

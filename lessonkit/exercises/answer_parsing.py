@@ -122,7 +122,7 @@ def _read_number(answer: object, unit: str) -> float:
             "That is a whole MemoryReport: answer with the number the question asks "
             "for, such as report.total_bytes or report.breakdown['gradients']."
         )
-    if isinstance(answer, bool) or isinstance(answer, (list, tuple, set, dict)):
+    if isinstance(answer, (bool, list, tuple, set, dict)):
         raise _Unreadable(f"Expected one number ({example}), got {_describe(answer)}.")
     if isinstance(answer, str):
         if len(answer) > _MAX_CHARS:
@@ -172,16 +172,16 @@ def _bare_bytes(value: float) -> float:
 
 
 _EXAMPLES = {
-    "GB": "'13.5 GB' or 13.5 (GB)",
-    "s": "'0.15 s' or 0.15 (seconds)",
+    "GB": "'7.5 GB' or 7.5 (GB)",
+    "s": "'45 s' or 45 (seconds)",
     "h": "'10 h' or 10 (hours)",
     "$": "'$12.50' or 12.5",
     "$/h": "'$1.29/h' or 1.29",
-    "x": "'4x' or 4",
-    "B/param": "'16 B/param' or 16",
-    "params": "'8.4M' or 8.4e6",
-    "GPUs": "2",
-    "GiB": "'2.5 GiB' or 2.5",
+    "x": "'9x' or 9",
+    "B/param": "'9 B/param' or 9",
+    "params": "'2.1M' or 2.1e6",
+    "GPUs": "9",
+    "GiB": "'70 GiB' or 70",
 }
 
 

@@ -14,12 +14,16 @@ _COLOURS = {
     "not answered": "#757575",
     "self-check": "#1565c0",
 }
-_ICONS = {"correct": "✔", "not yet": "✘", "not answered": "…", "self-check": "☐"}
+_ICONS = {"correct": "✔", "not yet": "✘", "not answered": "…", "self-check": "✎"}
 
 
 @dataclass
 class CheckResult:
-    """Feedback on one answer. ``correct`` is None when there is nothing to grade."""
+    """Feedback on one answer. ``correct`` is None when there is nothing to grade.
+
+    A reflection's result also carries its ``verdict`` (reflections.VERDICTS) and, after an
+    attempt, a ``model_answer``.
+    """
 
     question_id: str
     title: str
@@ -28,6 +32,8 @@ class CheckResult:
     hint: str = ""
     tolerance: str = ""
     details: list[str] = field(default_factory=list)
+    verdict: str = ""
+    model_answer: str = ""
     _shown_in: object = field(default=None, repr=False, compare=False)
 
     @property
@@ -41,6 +47,8 @@ class CheckResult:
             lines.append(self.tolerance)
         if self.hint:
             lines.append(f"Hint: {self.hint}")
+        if self.model_answer:
+            lines.append(f"A model answer: {self.model_answer}")
         return "\n".join(line for line in lines if line)
 
     def __repr__(self) -> str:
@@ -60,6 +68,11 @@ class CheckResult:
             f"<ul style='margin:2px 0'>{details}</ul>" if details else "",
             f"<div><small>{esc(self.tolerance)}</small></div>" if self.tolerance else "",
             f"<div><i>Hint: {esc(self.hint)}</i></div>" if self.hint else "",
+            (
+                f"<div style='margin-top:4px'><b>A model answer:</b> {esc(self.model_answer)}</div>"
+                if self.model_answer
+                else ""
+            ),
             "</div>",
         ]
         return "".join(parts)

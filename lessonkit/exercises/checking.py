@@ -4,8 +4,9 @@ The question bank (kind, unit, tolerance, hints, key points) lives in ``data/exe
 Every expected answer is computed when it is checked, from lessonkit itself (the calculator, the
 catalogs, the bandwidth table: see exercises/expected.py), so it cannot drift from the course.
 Odd answers (None, text where a number is expected, a list, NaN, an object whose methods raise,
-10 MB of text, a function that loops forever or calls sys.exit) never raise and are answered
-within a second: they get feedback.
+10 MB of text, a function that loops forever or calls sys.exit) never raise: they get feedback.
+Hints come in steps: a nudge after the first wrong try, the method after the second, the
+recipe (where there is one) after that.
 
 The work is split by job: answer_parsing reads answers, answer_feedback words figures and
 diagnoses mistakes, answer_checks grades numbers, tables and choices, reflections runs the
@@ -21,13 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import LessonkitError
-from ..safe_repr import describe_error, short_str
+from ..safe_repr import describe_error, short_repr, short_str
 from .answer_checks import _check_choice, _check_number, _check_table
 from .answer_parsing import _describe, _is_placeholder
 from .check_result import STATUSES, CheckResult, _ipython
 from .expected import EXPECTED as _EXPECTED
 from .expected import bandwidth_ladder
 from .expected import bank as _bank
+from .reflection_text import fill
 from .reflections import _MENTIONED, _check_text
 from .student_code import _check_function
 
@@ -75,9 +77,35 @@ def _question(question_id: object) -> tuple[str, dict[str, Any]]:
     return qid, _bank()[qid]
 
 
-def hint(question_id: str) -> str:
-    """The hint of a question (also shown by check when an answer is not right yet)."""
-    return _question(question_id)[1]["hint"]
+def hint(question_id: str, step: int = 1) -> str:
+    """A question's hint at ``step``: 1 is a nudge, 2 the method, 3 (where there is one) the
+    recipe; a step past the last gives the last. ``check`` shows step 1 after the first wrong
+    try in a notebook, step 2 after the second, and so on."""
+    _, question = _question(question_id)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise LessonkitError(f"step must be a whole number from 1, got {short_repr(step)}.")
+    steps: list[str] = question.get("hints", [])
+    return steps[min(step, len(steps)) - 1] if steps else ""
+
+
+# Wrong tries of each question shown in this session: the hint moves one step per try.
+_WRONG_TRIES: dict[str, int] = {}
+
+
+def _hint_for_try(qid: str, question: dict[str, Any], count: bool) -> str:
+    """The hint for this wrong try, counted only when the feedback is shown (a silent check,
+    such as nbgrader's autograde cell, does not move it)."""
+    steps: list[str] = question.get("hints", [])
+    if not steps:
+        return ""
+    tries = _WRONG_TRIES.get(qid, 0) + 1
+    if count:
+        _WRONG_TRIES[qid] = tries
+    else:
+        tries = max(tries - 1, 1)
+    step = min(tries, len(steps))
+    more = " Check again after your next try for the next hint." if step < len(steps) else ""
+    return f"({step} of {len(steps)}) {steps[step - 1]}{more}"
 
 
 def options(question_id: str) -> list[str] | dict[str, dict[str, Any]]:
@@ -103,7 +131,6 @@ def check(question_id: str, answer: object = ..., *, show: bool = True) -> Check
     never stops the notebook; neither does any other odd answer.
     """
     qid, question = _question(question_id)
-    kind = question["kind"]
     title = question.get("title", "")
     try:
         placeholder = _is_placeholder(answer)
@@ -119,9 +146,11 @@ def check(question_id: str, answer: object = ..., *, show: bool = True) -> Check
     else:
         result = _grade(qid, question, answer)
         if result.status == "not yet" and not result.hint:
-            result.hint = question.get("hint", "")
-        if result.status == "correct" and question.get("explanation"):
-            result.message += " " + question["explanation"]
+            result.hint = _hint_for_try(qid, question, count=show)
+        if result.status == "correct":
+            _WRONG_TRIES.pop(qid, None)
+            if question.get("explanation"):
+                result.message += " " + fill(question["explanation"])
     if show:
         _show(result)
     return result
@@ -129,7 +158,7 @@ def check(question_id: str, answer: object = ..., *, show: bool = True) -> Check
 
 # What each kind of question wants, for answers the checker cannot read at all.
 _WANTED = {
-    "number": "one number, such as 13.5 or '13.5 GB'",
+    "number": "one number, such as 7.5 or '7.5 GB'",
     "table": "a dict with one number per row",
     "choice": "the name of an option (a string)",
     "multi": "a list of option names",

@@ -26,7 +26,8 @@ from ..units import GB, GiB
 def bank() -> dict[str, dict[str, Any]]:
     """The question bank: question id -> kind, unit, tolerance, hint, options, key points."""
     text = resources.files("lessonkit").joinpath("data/exercises.json").read_text(encoding="utf-8")
-    return json.loads(text)["questions"]
+    questions: dict[str, dict[str, Any]] = json.loads(text)["questions"]
+    return questions
 
 
 # Catalog-backed choices: resolve any spelling of a name to its canonical record name.
@@ -50,7 +51,8 @@ def _expects(*qids: str) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
 def bandwidth_data() -> list[dict[str, Any]]:
     """The rows of data/bandwidth.json as stored (GPU rows without their figure)."""
     text = resources.files("lessonkit").joinpath("data/bandwidth.json").read_text(encoding="utf-8")
-    return json.loads(text)["links"]
+    links: list[dict[str, Any]] = json.loads(text)["links"]
+    return links
 
 
 def bandwidth_ladder() -> list[dict[str, Any]]:
@@ -104,9 +106,25 @@ def _resolve_environment(raw: str) -> str:
 
 
 def _resolve_model(raw: str) -> str:
-    from ..models.spec import get_preset
+    """A preset name; a bare size that the explorers offer ('13B') stands for the preset whose
+    shape it is shown as."""
+    from ..models.spec import get_preset, preset_names, spec_for_size
+    from ..units import parse_count
 
-    return get_preset(raw).name
+    try:
+        return get_preset(raw).name
+    except LessonkitError as unknown:
+        try:
+            shown_as = spec_for_size(parse_count(raw)).name
+        except LessonkitError:
+            raise unknown from None
+        match = re.search(r"\((.+) shape\)$", shown_as)
+        if match and match.group(1) in preset_names():
+            return match.group(1)
+        raise LessonkitError(
+            f"{raw} is a size, not a preset: name one of lessonkit.preset_names() "
+            f"({', '.join(preset_names())})."
+        ) from None
 
 
 CATALOGS.update(
@@ -179,7 +197,7 @@ def _largest_batch_on_4090() -> int:
 @_expects("01.5")
 def _largest_category() -> str:
     breakdown = estimating.estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown
-    return max(breakdown, key=breakdown.get)
+    return max(breakdown, key=lambda part: breakdown[part])
 
 
 def _full_7b(**change: Any) -> Any:
@@ -189,18 +207,23 @@ def _full_7b(**change: Any) -> Any:
 
 @_expects("02.1")
 def _full_7b_peak() -> float:
-    return _full_7b().total_bytes / GiB
+    return float(_full_7b().total_bytes / GiB)
 
 
 @_expects("02.2")
 def _full_7b_short_of_a100() -> float:
-    return (_full_7b().total_bytes - _gpu("A100 80GB").usable_bytes) / GiB
+    return float((_full_7b().total_bytes - _gpu("A100 80GB").usable_bytes) / GiB)
 
 
 @_expects("02.3")
 def _changes_that_fit() -> set[str]:
     a100 = _gpu("A100 80GB")
     return {o["name"] for o in bank()["02.3"]["options"] if a100.fits(_full_7b(**o["settings"]))}
+
+
+def lora_7b_batch4() -> Any:
+    """The LoRA run of 02.4, 02.7, 03.2 and 05.5: the 7B in bf16 at batch 4 x 1024 tokens."""
+    return _lora_7b_batch4()
 
 
 def _lora_7b_batch4() -> Any:
@@ -228,7 +251,7 @@ def _checkpointing_saves() -> float:
         seq_len=1024,
         gradient_checkpointing=True,
     )
-    return (run.total_bytes - with_checkpointing.total_bytes) / GiB
+    return float((run.total_bytes - with_checkpointing.total_bytes) / GiB)
 
 
 @_expects("02.5")
@@ -239,8 +262,9 @@ def _methods_for_70b_on_a100() -> set[str]:
     return {m for m in METHODS if a100.fits(_method_run("llama-2-70b", m))}
 
 
-def _cheapest_environments(run: Any) -> set[str]:
-    """Names of the rentable environments whose cheapest single GPU that fits ``run`` costs least."""
+def cheapest_single_gpu_prices(run: Any) -> dict[str, float]:
+    """Environment name -> the typical price per hour of its cheapest single GPU that fits
+    ``run``, for the environments that rent one (your own workstation is bought, not rented)."""
     from ..hardware.environments import list_environments
 
     prices = {}
@@ -248,19 +272,30 @@ def _cheapest_environments(run: Any) -> set[str]:
         if env.tier == 0:  # your own hardware is bought, not rented
             continue
         fitting = [
-            o.price_per_hour.typical
+            float(o.price_per_hour.typical)
             for o in env.offers
             if 1 in o.counts and not o.broken and o.gpu.fits(run)
         ]
         if fitting:
             prices[env.name] = min(fitting)
+    return prices
+
+
+def _cheapest_environments(run: Any) -> set[str]:
+    """Names of the rentable environments whose cheapest single GPU that fits ``run`` costs least."""
+    prices = cheapest_single_gpu_prices(run)
     cheapest = min(prices.values())
     return {name for name, price in prices.items() if price == cheapest}
 
 
 @_expects("03.1")
 def _cheapest_for_qlora() -> set[str]:
-    return _cheapest_environments(estimating.estimate("7B", method="qlora", precision="bf16"))
+    return _cheapest_environments(qlora_7b_run())
+
+
+def qlora_7b_run() -> Any:
+    """03.1's run: QLoRA of the 7B with bf16 compute at batch 1 x 512 tokens."""
+    return estimating.estimate("7B", method="qlora", precision="bf16")
 
 
 @_expects("03.2")
@@ -322,11 +357,12 @@ def _methods_on_8_a100s() -> set[str]:
     }
 
 
-@_expects("04.4")
-def _gpus_under_half_a_dollar() -> set[str]:
-    from ..hardware.gpus import list_gpus
+BUDGET_PER_HOUR = 0.5  # 04.4's budget, in dollars per GPU-hour
 
-    run = estimating.estimate(
+
+def qlora_8b_run() -> Any:
+    """04.4's run: QLoRA of Llama-3.1-8B with gradient checkpointing at batch 4 x 1024."""
+    return estimating.estimate(
         "llama-3.1-8b",
         method="qlora",
         precision="bf16",
@@ -334,24 +370,35 @@ def _gpus_under_half_a_dollar() -> set[str]:
         seq_len=1024,
         gradient_checkpointing=True,
     )
+
+
+@_expects("04.4")
+def _gpus_under_half_a_dollar() -> set[str]:
+    from ..hardware.gpus import list_gpus
+
+    run = qlora_8b_run()
     return {
         g.name
         for g in list_gpus()
-        if g.price_per_hour is not None and g.price_per_hour.typical <= 0.5 and g.fits(run)
+        if g.price_per_hour is not None
+        and g.price_per_hour.typical <= BUDGET_PER_HOUR
+        and g.fits(run)
     }
 
 
 @_expects("04.5")
 def _qlora_70b_headroom_on_a100() -> float:
     run = estimating.estimate("llama-2-70b", method="qlora", precision="bf16")
-    return (_gpu("A100 80GB").usable_bytes - run.total_bytes) / GiB
+    return float((_gpu("A100 80GB").usable_bytes - run.total_bytes) / GiB)
 
 
-def _vram_printed(total_memory: int) -> Callable[[str], str | None]:
-    """A verifier: the printout must state this total, in GB or GiB, with the right label."""
+def _vram_printed(total_memory: int, device_name: str) -> Callable[[str], str | None]:
+    """A verifier: the printout must state this total, in GB or GiB, with the right label.
+    Sizes inside the device's name ("NVIDIA A100 80GB") are the name, not a printed total."""
     gb, gib = total_memory / GB, total_memory / GiB
 
     def verify(printed: str) -> str | None:
+        printed = printed.replace(device_name, " ")
         # a number only from its first digit: no quadratic search inside long runs of digits
         found = re.findall(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(GiB|GB)\b", printed)
         for number, label in found:
@@ -376,12 +423,14 @@ def _health_check_cases() -> list[tuple[str, types.ModuleType, Callable[[str], s
     for name in ("T4", "A100 80GB"):
         gpu = _gpu(name)
         total = gpu.usable_bytes
-        capability = tuple(int(x) for x in gpu.compute_capability.split("."))
+        major, minor = (int(x) for x in gpu.compute_capability.split(".")[:2])
+        capability = (major, minor)
+        device_name = f"NVIDIA {name}"
         cases.append(
             (
                 f"with one {name} ({total:,} bytes)",
-                fake_torch(total, f"NVIDIA {name}", capability),
-                _vram_printed(total),
+                fake_torch(total, device_name, capability),
+                _vram_printed(total, device_name),
             )
         )
     cases.append(
@@ -397,14 +446,14 @@ def _health_check_cases() -> list[tuple[str, types.ModuleType, Callable[[str], s
 @_expects("05.2")
 def _t4_memory_not_offered() -> float:
     t4 = _gpu("T4")
-    return (t4.memory_bytes - t4.usable_bytes) / GiB
+    return float((t4.memory_bytes - t4.usable_bytes) / GiB)
 
 
 @_expects("05.3")
-def _gpus_without_native_bf16() -> int:
+def _gpus_without_native_bf16() -> set[str]:
     from ..hardware.gpus import list_gpus
 
-    return sum(not gpu.native_bf16 for gpu in list_gpus())
+    return {gpu.name for gpu in list_gpus() if not gpu.native_bf16}
 
 
 @_expects("05.4")
@@ -414,7 +463,16 @@ def _p100_capability() -> float:
 
 @_expects("05.5")
 def _lora_batch4_over_16_gib() -> float:
-    return (_lora_7b_batch4().total_bytes - 16 * GiB) / GiB
+    return float((_lora_7b_batch4().total_bytes - 16 * GiB) / GiB)
+
+
+def qlora_preset_run(name: str, precision: str) -> Any:
+    """05.6's and 06.6's run of a preset: QLoRA with adapters on all linear layers."""
+    return estimating.estimate(name, method="qlora", precision=precision, lora_targets="all-linear")
+
+
+# The GPU and precision of each "largest model" question.
+LARGEST_PRESET_ON = {"05.6": ("T4", "fp16-mixed"), "06.6": ("RTX 4090", "bf16")}
 
 
 def _largest_preset(gpu_name: str, precision: str) -> set[str]:
@@ -422,20 +480,14 @@ def _largest_preset(gpu_name: str, precision: str) -> set[str]:
     from ..models.spec import get_preset, preset_names
 
     gpu = _gpu(gpu_name)
-    fitting = [
-        get_preset(n)
-        for n in preset_names()
-        if gpu.fits(
-            estimating.estimate(n, method="qlora", precision=precision, lora_targets="all-linear")
-        )
-    ]
+    fitting = [get_preset(n) for n in preset_names() if gpu.fits(qlora_preset_run(n, precision))]
     most = max(spec.n_params for spec in fitting)
     return {spec.name for spec in fitting if spec.n_params == most}
 
 
 @_expects("05.6")
 def _largest_qlora_preset_on_t4() -> set[str]:
-    return _largest_preset("T4", "fp16-mixed")
+    return _largest_preset(*LARGEST_PRESET_ON["05.6"])
 
 
 @_expects("06.1")
@@ -447,7 +499,7 @@ def _pass_times() -> dict[str, float]:
 @_expects("06.2")
 def _pcie4_over_hbm3() -> float:
     speed = {link["name"]: link["bandwidth_gbs"] for link in bandwidth_ladder()}
-    return speed["HBM3 (H100 SXM)"] / speed["PCIe 4.0 x16"]
+    return float(speed["HBM3 (H100 SXM)"] / speed["PCIe 4.0 x16"])
 
 
 @_expects("06.4")
@@ -470,7 +522,7 @@ def _fourteen_gb_model() -> dict[str, float]:
 
 @_expects("06.6")
 def _largest_qlora_preset() -> set[str]:
-    return _largest_preset("RTX 4090", "bf16")
+    return _largest_preset(*LARGEST_PRESET_ON["06.6"])
 
 
 @_expects("06.7")
@@ -479,3 +531,85 @@ def _peak_over_weights() -> float:
         "7B", method="full", precision="bf16", optimizer="adamw", batch_size=1, seq_len=512
     )
     return report.total_bytes / report.breakdown["weights"]
+
+
+# ----- the reflections' misconceptions and the figures their feedback quotes ------------------
+@lru_cache(maxsize=1)
+def misconceptions() -> dict[str, dict[str, Any]]:
+    """Misconception id -> the claim, why it is wrong, the key point it contradicts, patterns."""
+    text = resources.files("lessonkit").joinpath("data/exercises.json").read_text(encoding="utf-8")
+    found: dict[str, dict[str, Any]] = json.loads(text)["misconceptions"]
+    return found
+
+
+# figure name -> a function computing it as shown in a sentence, filled below.
+FIGURES: dict[str, Callable[[], str]] = {}
+
+
+def _figure(name: str) -> Callable[[Callable[[], str]], Callable[[], str]]:
+    def register(fn: Callable[[], str]) -> Callable[[], str]:
+        FIGURES[name] = fn
+        return fn
+
+    return register
+
+
+def _link_gbs(name: str) -> float:
+    return float(next(row["bandwidth_gbs"] for row in bandwidth_ladder() if row["name"] == name))
+
+
+@_figure("ddr5_gbs")
+def _ddr5_gbs() -> str:
+    return f"{_link_gbs('DDR5 system RAM'):,.1f}"
+
+
+@_figure("hbm3_gbs")
+def _hbm3_gbs() -> str:
+    return f"{_link_gbs('HBM3 (H100 SXM)'):,.0f}"
+
+
+@_figure("pcie4_gbs")
+def _pcie4_gbs() -> str:
+    return f"{_link_gbs('PCIe 4.0 x16'):,.1f}"
+
+
+@_figure("hbm3_over_ddr5")
+def _hbm3_over_ddr5() -> str:
+    return f"{_link_gbs('HBM3 (H100 SXM)') / _link_gbs('DDR5 system RAM'):,.0f}"
+
+
+@_figure("h100_tflops")
+def _h100_tflops() -> str:
+    return f"{_gpu('H100 SXM').bf16_tflops:,.0f}"
+
+
+@_figure("full_7b_static_gb")
+def _full_7b_static_gb() -> str:
+    """Weights, gradients and optimizer states of the mixed-precision 7B run, in GB."""
+    breakdown = estimating.estimate("7B", precision="bf16-mixed", optimizer="adamw").breakdown
+    return f"{(breakdown['weights'] + breakdown['gradients'] + breakdown['optimizer']) / GB:,.0f}"
+
+
+@_figure("pure_bf16_peak_over_card")
+def _pure_bf16_peak_over_card() -> str:
+    """06.4's run against what a 16 GB T4 offers PyTorch."""
+    report = estimating.estimate(
+        "7B", method="full", precision="bf16", optimizer="adamw", batch_size=1, seq_len=512
+    )
+    return f"{report.total_bytes / _gpu('T4').usable_bytes:,.1f}"
+
+
+@_figure("free_tier_gpus_without_bf16")
+def _free_tier_gpus_without_bf16() -> str:
+    """The GPUs of the free tiers (free offers) that lack native bf16, as a phrase."""
+    from ..hardware.environments import list_environments
+
+    names = sorted(
+        {
+            o.gpu.name
+            for e in list_environments()
+            for o in e.offers
+            if o.free and not o.gpu.native_bf16
+        }
+    )
+    return " and the ".join(names) if names else "none"

@@ -34,6 +34,16 @@ class Offer:
     def free(self) -> bool:
         return self.price_per_hour.high == 0
 
+    @property
+    def source(self) -> str:
+        """Where the price was read: the offer's own page, else the environment's."""
+        return self.price_per_hour.source
+
+    @property
+    def as_of(self) -> str:
+        """The day the price was read (the offer's own date, else the environment's)."""
+        return self.price_per_hour.as_of
+
     def to_dict(self) -> dict[str, Any]:
         p = self.price_per_hour
         return {
@@ -43,6 +53,8 @@ class Offer:
             "note": self.note,
             "broken": self.broken,
             "purchase_usd": list(self.purchase_usd) if self.purchase_usd else None,
+            "source": self.source,
+            "as_of": self.as_of,
         }
 
 
@@ -171,13 +183,20 @@ def _environment_from_dict(entry: dict[str, Any]) -> Environment:
     offers = []
     for item in entry["offers"]:
         purchase = item.get("purchase_usd")
+        price = Price.from_dict(
+            item["price_per_hour"],
+            item.get("source", entry["source"]),
+            item.get("as_of", entry["as_of"]),
+        )
+        if price is None:
+            raise LessonkitError(
+                f"environments.json: {entry['key']} offers {item['gpu']} without a price."
+            )
         offers.append(
             Offer(
                 gpu=get_gpu(item["gpu"]),
                 counts=tuple(item["counts"]),
-                price_per_hour=Price.from_dict(
-                    item["price_per_hour"], entry["source"], entry["as_of"]
-                ),
+                price_per_hour=price,
                 note=item.get("note", ""),
                 broken=bool(item.get("broken", False)),
                 purchase_usd=(purchase["low"], purchase["high"]) if purchase else None,
@@ -266,5 +285,5 @@ def offered_price(gpu: str | GPU) -> dict[str, Any] | None:
         "typical": round(typical, 3),
         "source": "the offers of " + ", ".join(names) + " in environments.json (each with its "
         "own price page)",
-        "as_of": max(e.as_of for e, _ in chosen),
+        "as_of": max(o.as_of for _, o in chosen),
     }

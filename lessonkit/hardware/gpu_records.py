@@ -13,6 +13,31 @@ from typing import Any
 from ..memory.report import MemoryReport
 from ..units import GiB
 
+# The kit's one "tight" rule: a run that fits with less than 5% of the usable memory left (95%
+# or more used) is tight, since fragmentation or a longer batch can tip it into out-of-memory.
+# The fit sentences, the recommender, the explorers and the health check all judge with it.
+TIGHT_FRACTION = 0.05
+
+
+def is_tight(peak_bytes: float, usable_bytes: float) -> bool:
+    """The peak fits, with less than TIGHT_FRACTION of the usable memory left."""
+    headroom = usable_bytes - peak_bytes
+    return 0 <= headroom < TIGHT_FRACTION * usable_bytes
+
+
+def fit_verdict(peak_bytes: float, usable_bytes: float) -> str:
+    """'fits', 'fits, tight' or 'does not fit' (the one rule, see TIGHT_FRACTION)."""
+    if peak_bytes > usable_bytes:
+        return "does not fit"
+    return "fits, tight" if is_tight(peak_bytes, usable_bytes) else "fits"
+
+
+def used_text(peak_bytes: float, usable_bytes: float) -> str:
+    """'97.6% used, tight' or '31.7% used': the share of the usable memory the peak takes."""
+    share = peak_bytes / usable_bytes if usable_bytes > 0 else float("inf")
+    text = f"{share:.1%} used"
+    return text + (", tight" if is_tight(peak_bytes, usable_bytes) else "")
+
 
 def field(record: Any, *names: str, default: Any = None) -> Any:
     """The first present attribute or key of ``record`` among ``names``."""

@@ -85,6 +85,7 @@ class GPU:
     visible_devices: int = 1
     caveat: str = ""  # one line a beginner needs before renting it (ARM host, ROCm)
     current_wheels: bool = True  # current PyTorch wheels carry kernels for it
+    unified_memory: bool = False  # GPU and CPU share one memory (DGX Spark): see memory_text
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -107,6 +108,29 @@ class GPU:
     def label(self) -> str:
         """E.g. 'A100 80GB (79.2 GiB usable)'."""
         return f"{self.name} ({self.usable_text} usable)"
+
+    @property
+    def memory_text(self) -> str:
+        """What a run can use, said plainly: '79.2 GiB usable', or on unified memory
+        '101.3 GiB usable of 128 GB unified memory shared with the CPU'."""
+        if not self.unified_memory:
+            return f"{self.usable_text} usable"
+        return (
+            f"{self.usable_text} usable of {self.memory_gb:g} GB unified memory shared with the CPU"
+        )
+
+    @property
+    def unified_memory_note(self) -> str:
+        """On unified memory, what 'usable' means and how to read it ('' on other GPUs)."""
+        if not self.unified_memory:
+            return ""
+        return (
+            f"On {self.name} the GPU's memory is the computer's RAM: "
+            "torch.cuda.get_device_properties(0).total_memory counts the whole pool the OS, "
+            "your Python process and the page cache share, so the figure a run must fit in is "
+            f"what torch.cuda.mem_get_info() reports free, about {self.usable_text} on an idle "
+            "machine and less with a desktop or a data loader running."
+        )
 
     def fits(self, report: Any) -> bool:
         """True when a MemoryReport's per-GPU peak fits in one device of this GPU and current
@@ -144,6 +168,7 @@ class GPU:
             "visible_devices": self.visible_devices,
             "caveat": self.caveat,
             "current_wheels": self.current_wheels,
+            "unified_memory": self.unified_memory,
             "source": self.source,
             "as_of": self.as_of,
             "unconfirmed": list(self.unconfirmed),
@@ -155,12 +180,13 @@ class GPU:
         return (
             f"{self.name}: {self.memory_gb:g} GB {self.memory_type} "
             f"({self.usable_text} usable), {self.bandwidth_gbs:g} GB/s, "
-            f"{self.bf16_tflops:g} dense TFLOPS, native bf16 {'yes' if self.native_bf16 else 'no'}, "
+            f"{self.bf16_tflops:g} dense TFLOPS, "
+            f"native bf16 {'yes' if self.native_bf16 else 'no'}, "
             f"CC {self.compute_capability}, {price if price else 'price n/a'}"
         )
 
 
-_GPU_FIELDS = {f for f in GPU.__dataclass_fields__} - {
+_GPU_FIELDS = set(GPU.__dataclass_fields__) - {
     "extra",
     "price_per_hour",
     "aliases",

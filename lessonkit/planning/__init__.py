@@ -5,7 +5,17 @@ the sentences that compare the guide with the numbers, and why a run ran out of 
 Layer 4 of lessonkit: imports the basics, models, memory and hardware.
 """
 
+from ..hardware.gpu_records import fit_verdict, is_tight
 from .fitting import TIGHT_FRACTION, find_fit, fit_changes, method_label, method_settings
+from .guide_claims import (
+    a100_price_verdict,
+    colab_a100_verdict,
+    enterprise_markup_verdict,
+    free_tier_experiments_verdict,
+    free_tier_memory_verdict,
+    guide_claim_verdicts,
+    guide_gpu_table,
+)
 from .oom import oom_doctor
 from .recommender import recommend
 from .training_objects import describe_run
@@ -13,10 +23,19 @@ from .verdicts import full_on_one_a100
 
 __all__ = [
     "TIGHT_FRACTION",
+    "a100_price_verdict",
+    "colab_a100_verdict",
     "describe_run",
+    "enterprise_markup_verdict",
     "find_fit",
     "fit_changes",
+    "fit_verdict",
+    "free_tier_experiments_verdict",
+    "free_tier_memory_verdict",
     "full_on_one_a100",
+    "guide_claim_verdicts",
+    "guide_gpu_table",
+    "is_tight",
     "method_label",
     "method_settings",
     "oom_doctor",

@@ -7,7 +7,10 @@ CUDA context and allocator margin), compared with the memory one device really o
 - full: fp32 weights with bf16 autocast (fp16 on GPUs without native bf16: same memory),
   torch AdamW (foreach, the CUDA default); several GPUs shard with ZeRO-3/FSDP;
 - lora: bf16 base weights, fp32 adapters (peft's default), rank 16 on q_proj and v_proj;
-- qlora: the same on 4-bit NF4 base weights with double quantization; one GPU.
+- qlora: the same on 4-bit NF4 base weights with double quantization; several GPUs run data
+  parallel (DDP, ZeRO stage 0): each GPU holds the whole 4-bit model and trains on its own
+  batches, so more GPUs shorten the run but never lower the memory per GPU (the calculator
+  cannot shard 4-bit weights with ZeRO-3).
 The batch size asked for is tried without, then with gradient checkpointing, then halved (with
 checkpointing) down to 1; gradient accumulation restores the effective batch.
 """
@@ -20,6 +23,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from ..hardware.gpu_records import TIGHT_FRACTION as TIGHT_FRACTION
+from ..hardware.gpu_records import fit_verdict, is_tight
 from ..hardware.gpus import GPU, get_gpu, list_gpus
 from ..models.spec import ModelSpec
 from ..units import GiB
@@ -38,7 +43,6 @@ CHECKPOINT_FLOPS = 2  # gradient checkpointing recomputes the forward
 # 1.4x LoRA's time on the same GPU (S. Raschka, "Practical Tips for Finetuning LLMs Using LoRA",
 # 2023: 39% longer for 33% less memory).
 QLORA_SLOWDOWN = 1.4
-TIGHT_FRACTION = 0.05  # headroom under 5% of the usable memory counts as a tight fit
 # Attention's own FLOPs grow with the sequence: per token and layer, Q.K^T and scores.V take
 # 4 x seq_len x (heads x head_dim) in the forward, twice that in the backward (Chowdhery et al.
 # 2022, "PaLM", appendix B: 6N + 12 L H Q T per token); checkpointing repeats the forward.
@@ -105,21 +109,25 @@ class Fit:
 
     @property
     def tight(self) -> bool:
-        """It fits with less than 5% of the GPU left (95% or more used): fragmentation or a
-        longer batch can tip it into out-of-memory."""
-        return self.fits and self.headroom_bytes < TIGHT_FRACTION * self.usable_bytes
+        """It fits with less than TIGHT_FRACTION (5%) of the GPU left (95% or more used):
+        fragmentation or a longer batch can tip it into out-of-memory."""
+        return is_tight(self.peak_bytes, self.usable_bytes)
 
     @property
     def verdict(self) -> str:
         """'fits', 'fits, tight' or 'does not fit'."""
-        return ("fits, tight" if self.tight else "fits") if self.fits else "does not fit"
+        return fit_verdict(self.peak_bytes, self.usable_bytes)
 
     def settings_text(self) -> str:
         text = f"batch {self.batch_size} x {self.seq_len} tokens"
         if self.gradient_checkpointing:
             text += " with gradient checkpointing"
         if self.count > 1:
-            text += f", ZeRO-{self.zero_stage}" if self.zero_stage else ", data parallel"
+            text += (
+                f", ZeRO-{self.zero_stage}"
+                if self.zero_stage
+                else ", data parallel (each GPU holds the whole model)"
+            )
         return text
 
 
@@ -146,10 +154,11 @@ def method_label(method: str, native_bf16: bool = True) -> str:
 
 
 def zero_for(method: str, count: int) -> int | None:
-    """The ZeRO stage used on ``count`` GPUs, or None when more GPUs do not help this method."""
-    if count == 1:
+    """The ZeRO stage used on ``count`` GPUs: 0 on one GPU and for QLoRA on several (data
+    parallel: each GPU holds the whole 4-bit model), 3 (ZeRO-3/FSDP) for full and LoRA."""
+    if count == 1 or method == "qlora":
         return 0
-    return None if method == "qlora" else 3
+    return 3
 
 
 # ----- estimate() with a cache -------------------------------------------------------------
@@ -247,7 +256,8 @@ def find_fit(
     """The first configuration that fits (largest batch, checkpointing only if needed).
 
     When nothing fits, the last (smallest) configuration tried, whose ``fits`` is False; None
-    when ``count`` GPUs cannot help this method (QLoRA on several GPUs).
+    when ``count`` GPUs cannot run this method (no method today: QLoRA on several GPUs runs
+    data parallel, see ``zero_for``).
     """
     zero = zero_for(method, count)
     if zero is None:
@@ -380,8 +390,9 @@ def needs_text(spec: ModelSpec, method: str, seq_len: int = DEFAULT_SEQ) -> str:
         gpu, fit = setups["single"]
         parts.append(f"1 x {gpu.name} ({fit.settings_text()})")
     for key in ("a100", "largest"):
-        if setups[key] and setups[key][1].count > 1:
-            gpu, fit = setups[key]
+        setup = setups[key]
+        if setup is not None and setup[1].count > 1:
+            gpu, fit = setup
             node = " across several nodes" if fit.count > 8 else ""
             parts.append(f"{fit.count} x {gpu.name} with ZeRO-3{node}")
             break

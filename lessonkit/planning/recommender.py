@@ -10,8 +10,11 @@ peak memory from ``estimate``, headroom, price, time and cost, and why.
 limit). Buying a workstation is considered with no budget or 'high' (its price spread over its
 working hours, plus power), not under a cap per hour. ``platform``: an environment ('colab',
 'lambda', 'local', ...) or a tier ('hobbyist', 'engineer', 'enterprise', 'own hardware', or 1-3).
-Each environment without an option says why in ``Recommendation.left_out``: memory, budget,
-buying hardware, availability or platform.
+Each environment without an option says why in ``Recommendation.left_out``: memory (with the
+setup that comes closest and what it would need), session or weekly limits, budget, buying
+hardware, availability or platform (planning/left_out.py). QLoRA on several GPUs runs data
+parallel, each GPU holding the whole 4-bit model (planning/fitting.py). ``cheapest()`` and
+``fastest()`` look over every offer of every environment, not over each environment's first row.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from ..errors import LessonkitError, choose, normalise_name, positive_int, positive_number
 from ..hardware.environments import TIERS, Environment, get_environment, list_environments
+from ..hardware.gpu_records import is_tight, used_text
 from ..memory.settings import MAX_BATCH, MAX_SEQ
 from ..models.spec import ModelSpec, resolve_model
 from ..options import METHODS
@@ -34,7 +38,6 @@ from .fitting import (
     DEFAULT_MFU,
     DEFAULT_SEQ,
     METHOD_WORDS,
-    TIGHT_FRACTION,
     assumptions,
     compute_hours,
     find_fit,
@@ -42,6 +45,7 @@ from .fitting import (
     needs_text,
     run_hours,
 )
+from .left_out import NO_MEMORY, NOT_ON_PLATFORM, left_out_reason, memory_reason
 from .verdicts import guide_notes
 
 BUDGET_WORDS = {"free": 0.0, "low": 2.0, "high": math.inf}
@@ -71,6 +75,7 @@ class Option:
     purchase_usd: tuple[float, float] | None = None
     sessions: int = 1  # sessions of the environment's length, resuming from checkpoints
     limit: str = ""  # why the run breaks the environment's session or weekly limits
+    hours_per_million_tokens: float = 0.0  # time of a million training tokens, steps alone
 
     @property
     def headroom_bytes(self) -> int:
@@ -78,8 +83,14 @@ class Option:
 
     @property
     def tight(self) -> bool:
-        """Less than 5% of the GPU left: fragmentation or a longer batch can tip it into OOM."""
-        return self.headroom_bytes < TIGHT_FRACTION * self.usable_bytes
+        """Less than 5% of the GPU left (the kit's one rule, hardware.gpu_records.is_tight):
+        fragmentation or a longer batch can tip it into OOM."""
+        return is_tight(self.peak_bytes, self.usable_bytes)
+
+    @property
+    def run_hours(self) -> float:
+        """The run's hours when tokens were given, else the hours of a million tokens."""
+        return self.hours if self.hours is not None else self.hours_per_million_tokens
 
     @property
     def setup(self) -> str:
@@ -117,6 +128,53 @@ class Recommendation:
         for option in self.options:
             out.setdefault(option.method, option)
         return out
+
+    def cheapest(self, method: str | None = None, *, paid: bool = False) -> Option | None:
+        """The option with the least money for the run (its cost when tokens were given,
+        else dollars per million tokens) over every offer, optionally one method or paid
+        offers only; None when nothing fits."""
+        options = self._among(method, paid)
+        if not options:
+            return None
+        return min(
+            options,
+            key=lambda o: (
+                o.cost_usd if o.cost_usd is not None else o.usd_per_million_tokens,
+                o.run_hours,
+            ),
+        )
+
+    def fastest(self, method: str | None = None, *, paid: bool = False) -> Option | None:
+        """The quickest option over every offer of every environment (each offer at the
+        fewest GPUs that fit it), not the quickest of each environment's cheapest; ties go
+        to the cheaper. None when nothing fits."""
+        options = self._among(method, paid)
+        if not options:
+            return None
+        return min(
+            options,
+            key=lambda o: (
+                o.run_hours,
+                o.cost_usd if o.cost_usd is not None else o.usd_per_million_tokens,
+            ),
+        )
+
+    def _among(self, method: str | None, paid: bool) -> list[Option]:
+        return [
+            o
+            for o in self.options
+            if (method is None or o.method == method) and (not paid or o.price_per_hour > 0)
+        ]
+
+    def cheapest_and_fastest(self, method: str | None = None) -> str:
+        """One sentence naming the cheapest and the fastest setup over every offer."""
+        cheapest, fastest = self.cheapest(method), self.fastest(method)
+        if cheapest is None or fastest is None:
+            return f"Nothing in the catalog fits {self.model.name} with these settings."
+        return (
+            f"Cheapest: {_option_words(cheapest)}; fastest of every offer (each at the fewest "
+            f"GPUs that fit): {_option_words(fastest)}."
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -352,6 +410,10 @@ def recommend(
             rec.left_out[env.key] = left_out_reason(
                 env, [o for o in fitting if not o.limit], broken, cap, buying, too_long
             )
+            if rec.left_out[env.key].startswith(NO_MEMORY):
+                rec.left_out[env.key] = memory_reason(
+                    spec, env, methods, batch_size, seq_len, broken
+                )
     # Comfortable fits first, then cheapest = least money for the same work: the run's cost, or
     # dollars per million tokens.
     rec.options.sort(
@@ -370,41 +432,14 @@ def recommend(
     return rec
 
 
-NOT_ON_PLATFORM = "not on the platform asked for"
-
-
-def left_out_reason(
-    env: Environment,
-    fitting: list[Option],
-    broken: list[Any],
-    cap: float | None,
-    buying: bool,
-    too_long: list[Option] | None = None,
-) -> str:
-    """Why an environment offers nothing for the run: the first true reason of memory, session
-    or weekly limits, buying hardware, budget and availability (a setup that does not fit is
-    never a budget question)."""
-    if not fitting and too_long:
-        quickest = min(too_long, key=lambda o: o.hours or 0.0)
-        return f"{quickest.setup} would fit, but {quickest.limit}"
-    if not fitting:
-        if broken and len(broken) == len(env.offers):
-            return "none of the GPUs it offers is usable: " + "; ".join(
-                f"{o.gpu.name}: {o.note}" if o.note else o.gpu.name for o in broken
-            )
-        why = "no GPU setup it offers has enough memory for this run"
-        return why + (f" ({', '.join(o.gpu.name for o in broken)} not usable)" if broken else "")
-    cheapest = min(fitting, key=lambda o: o.price_per_hour)
-    if env.tier == 0 and not buying:
-        low = cheapest.purchase_usd[0] * cheapest.count if cheapest.purchase_usd else 0.0
-        return (
-            f"buying a card is not compared under a budget per hour (${cap:.2f}/h): "
-            f"{cheapest.setup} would fit, from ${low:,.0f}; budget='high' or no budget "
-            f"compares it"
-        )
+def _option_words(option: Option) -> str:
+    """E.g. 'RunPod, 1 x B200, QLoRA, 2.1 h for $12.58' (or per million tokens)."""
+    what = f"{option.name}, {option.setup}, {METHOD_WORDS[option.method]}"
+    if option.hours is not None and option.cost_usd is not None:
+        return f"{what}, {format_hours(option.hours)} for ${option.cost_usd:,.2f}"
     return (
-        f"over budget: the cheapest setup that fits ({cheapest.setup}) costs "
-        f"${cheapest.price_per_hour:.2f}/h, the budget is ${cap:.2f}/h"
+        f"{what}, {format_hours(option.hours_per_million_tokens)} and "
+        f"${option.usd_per_million_tokens:,.2f} per million tokens"
     )
 
 
@@ -436,39 +471,23 @@ def _option(
         per_gpu_low, per_gpu_high = env.hourly_range(offer)
         hours = cost = None
         sessions = 1
-        per_million = (
-            compute_hours(
-                spec, method, 1e6, gpu.bf16_tflops, count, mfu, fit.gradient_checkpointing, seq
-            )
-            * hourly
+        hours_per_million = compute_hours(
+            spec, method, 1e6, gpu.bf16_tflops, count, mfu, fit.gradient_checkpointing, seq
         )
+        per_million = hours_per_million * hourly
         if tokens:
-
-            def timed(n: int) -> float:
-                return run_hours(
-                    spec,
-                    method,
-                    tokens,
-                    gpu.bf16_tflops,
-                    count,
-                    mfu,
-                    fit.gradient_checkpointing,
-                    seq,
-                    sessions=n,
-                )
-
-            hours = timed(1)
+            timing = (spec, method, tokens, gpu.bf16_tflops, count, mfu)
+            hours = run_hours(*timing, fit.gradient_checkpointing, seq, sessions=1)
             # Each session starts and loads the model again, which can need one more session.
             while env.sessions_needed(hours) > sessions:
                 sessions = env.sessions_needed(hours)
-                hours = timed(sessions)
+                hours = run_hours(*timing, fit.gradient_checkpointing, seq, sessions=sessions)
             cost = hours * hourly
         note = (
             f"{method_label(method, gpu.native_bf16)} at {fit.settings_text()}: peak "
             f"{fit.peak_bytes / GiB:.1f} of {gpu.usable_text} per GPU "
-            f"({fit.headroom_bytes / GiB:.1f} GiB headroom"
-            + (", tight" if fit.headroom_bytes < TIGHT_FRACTION * gpu.usable_bytes else "")
-            + "); "
+            f"({fit.headroom_bytes / GiB:.1f} GiB headroom, "
+            f"{used_text(fit.peak_bytes, fit.usable_bytes)}); "
             + (
                 "free"
                 if price.high == 0
@@ -478,6 +497,11 @@ def _option(
         )
         if count > 8:
             note += f"; {count // 8} nodes of 8 GPUs in one job"
+        if gpu.unified_memory:
+            note += (
+                f"; unified memory: {gpu.memory_text}, what torch.cuda.mem_get_info() "
+                "reports free on an idle machine, not total_memory"
+            )
         if sessions > 1:
             note += (
                 f"; {sessions} sessions of up to {env.session_hours:g} h, each resuming from "
@@ -532,5 +556,6 @@ def _option(
             offer.purchase_usd,
             sessions,
             env.too_long(hours) if hours else "",
+            hours_per_million,
         )
     return None

@@ -1,7 +1,8 @@
 """exercises.check against odd answers of every type, for every question id: it never raises,
 answers each with a bounded amount of work, and keeps its feedback short, whatever the answer
 does. The seconds are benchmarks/check_speed.py's to print (no test here times anything: a busy
-machine must not fail the suite)."""
+machine must not fail the suite); the reflection check's work is also bounded in
+tests/exercises/test_reflections.py."""
 
 from __future__ import annotations
 

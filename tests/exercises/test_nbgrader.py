@@ -61,8 +61,8 @@ def run_nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
         MPLBACKEND="Agg",
     )
     result = subprocess.run(
-        # With this Python (not the script's own shebang), so that the kernels nbgrader starts
-        # import the lessonkit under test.
+        # the interpreter running the tests, so that its lessonkit is the one graded (a console
+        # script may belong to another environment)
         [sys.executable, "-m", "nbgrader", *args],
         cwd=course,
         env=env,

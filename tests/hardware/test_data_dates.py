@@ -8,6 +8,7 @@ the GPU it prices was published.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import re
 from importlib import resources
@@ -43,7 +44,7 @@ GENERATIONS = {
         {"Hopper", "Ada Lovelace"},
         {"Blackwell"},
     ],
-    "AMD": [{"CDNA 2"}, {"CDNA 3"}],
+    "AMD": [{"CDNA 2"}, {"CDNA 3"}, {"CDNA 4"}],
 }
 
 
@@ -59,13 +60,21 @@ def _all_dates() -> list[tuple[str, str]]:
         if g["price_per_hour"]
     ]
     found += [(f"environments.json {e['key']}", e["as_of"]) for e in ENVIRONMENTS]
+    found += [
+        (f"environments.json {e['key']} {o['gpu']}", o["as_of"])
+        for e in ENVIRONMENTS
+        for o in e["offers"]
+        if "as_of" in o
+    ]
     found += [(f"models.json {m['name']}", m["as_of"]) for m in MODELS]
     found += [(f"bandwidth.json {row['name']}", row["as_of"]) for row in LINKS]
     found.append(("cuda_constants.json", _load("cuda_constants.json")["as_of"]))
     return found
 
 
-@pytest.mark.parametrize("where,as_of", _all_dates(), ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize(
+    ("where", "as_of"), _all_dates(), ids=lambda x: x if isinstance(x, str) else ""
+)
 def test_every_as_of_is_a_real_date_not_in_the_future(where, as_of):
     assert re.fullmatch(r"\d{4}-\d\d-\d\d", as_of), f"{where}: {as_of!r} is not YYYY-MM-DD"
     assert _date(as_of) <= dt.date.today(), f"{where}: as_of {as_of} is in the future"
@@ -110,7 +119,37 @@ def test_a_gpu_is_priced_after_its_datasheet_appeared():
             assert _date(gpu.price_per_hour.as_of) > spec[gpu.name], gpu.name
     for env in list_environments():
         for offer in env.offers:
-            assert _date(env.as_of) > spec[offer.gpu.name], f"{env.key} offers {offer.gpu.name}"
+            assert _date(offer.as_of) > spec[offer.gpu.name], f"{env.key} offers {offer.gpu.name}"
+
+
+# The GPUs and offers of 2025-26 (issue: GPUs and environments of 2025-26), each read from a page.
+NEW_GPUS = {"B300", "RTX PRO 6000", "DGX Spark", "MI325X", "MI355X"}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_GPUS))
+def test_the_gpus_of_2025_26_carry_a_source_and_their_own_publication_day(name):
+    record = next(g for g in GPUS if g["name"] == name)
+    for key in ("source", "as_of_basis", "usable_memory_source", "tflops_note"):
+        assert record[key].strip(), f"{name}: {key}"
+    assert record["as_of"] in record["as_of_basis"]
+    # published in 2024-25, never the day the catalog was edited
+    assert dt.date(2024, 1, 1) <= _date(record["as_of"]) < dt.date(2026, 1, 1), name
+    assert record["as_of"] not in {e["as_of"] for e in ENVIRONMENTS}
+
+
+def test_an_offer_with_its_own_date_names_its_own_page():
+    own = [
+        (e["key"], o) for e in ENVIRONMENTS for o in e["offers"] if "as_of" in o or "source" in o
+    ]
+    assert own, "the offers of 2025-26 carry their own price page and day"
+    for key, offer in own:
+        assert offer.get("source", "").strip() and offer.get("as_of"), (key, offer["gpu"])
+        # the page was read on its own day: no later than the environment's own snapshot
+        env = next(e for e in ENVIRONMENTS if e["key"] == key)
+        assert _date(offer["as_of"]) <= _date(env["as_of"]), (key, offer["gpu"])
+        assert re.search(r"\d{4}-\d\d-\d\d", offer["source"]), (key, offer["gpu"])
+    offered = {offer["gpu"] for _, offer in own}
+    assert {"B300", "RTX PRO 6000", "DGX Spark"} <= offered
 
 
 def _version(name: str) -> tuple[str, float] | None:
@@ -129,7 +168,7 @@ def test_model_releases_follow_their_version_numbers():
     assert {"llama", "qwen", "gemma"} <= set(by_family)
     for family, versions in by_family.items():
         ordered = sorted(versions)
-        for older, newer in zip(ordered, ordered[1:]):
+        for older, newer in itertools.pairwise(ordered):
             assert max(versions[older]) < min(versions[newer]), (
                 f"{family} {older} not released before {newer}"
             )
@@ -143,7 +182,7 @@ def test_pcie_generations_are_dated_in_order():
     }
     assert len(pcie) >= 2
     ordered = sorted(pcie)
-    for older, newer in zip(ordered, ordered[1:]):
+    for older, newer in itertools.pairwise(ordered):
         assert pcie[older] < pcie[newer], (
             f"PCIe {older}.0 dated {pcie[older]}, PCIe {newer}.0 {pcie[newer]}"
         )

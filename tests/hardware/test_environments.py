@@ -65,7 +65,7 @@ def test_the_guides_a100_for_about_150_an_hour_is_in_tier_two():
 
 
 @pytest.mark.parametrize(
-    "query,key",
+    ("query", "key"),
     [
         ("Lambda Labs", "lambda"),
         ("colab", "colab-free"),
@@ -114,8 +114,41 @@ def test_hourly_ranges_count_a_bought_card_like_the_hourly_cost(env):
 def test_the_workstation_options_price_range_holds_its_hourly_price():
     from lessonkit import recommend
 
-    options = [o for o in recommend("7B", method="lora", platform="local").options]
+    options = list(recommend("7B", method="lora", platform="local").options)
     assert options
     for option in options:
         low, high = option.price_range
         assert low <= option.price_per_hour <= high
+
+
+@pytest.mark.parametrize("env", list_environments(), ids=lambda e: e.key)
+def test_a_card_size_quoted_next_to_a_gpu_is_the_catalogs(env):
+    """'the 96 GB RTX PRO 6000', "the DGX Spark's 128 GB", '(16 GiB card' of a T4: a size
+    written beside a GPU's name in an environment's texts is that GPU's memory_gb."""
+    from lessonkit import list_gpus
+
+    texts = [*env.pros, *env.cons, env.quotas, env.session_limits, *(o.note for o in env.offers)]
+    for gpu in list_gpus():
+        name = re.escape(gpu.name)
+        for text in texts:
+            for size in re.findall(rf"(\d+) GB {name}\b", text) + re.findall(
+                rf"{name}'s (\d+) GB", text
+            ):
+                assert float(size) == gpu.memory_gb, (env.key, gpu.name, text)
+
+
+def test_the_new_offers_are_rented_where_the_catalog_says():
+    runpod, local = get_environment("runpod"), get_environment("local")
+    assert runpod.offer("B300").price_per_hour.as_of == "2026-10-07"
+    assert "runpod.io/pricing" in runpod.offer("B300").source
+    assert runpod.offer("RTX PRO 6000").as_of < runpod.as_of
+    spark = local.offer("DGX Spark")
+    assert spark.purchase_usd == (3999, 4700) and spark.counts == (1,)
+    # bought hardware: power for the board's watts at $0.15-0.30 per kWh (600 W card, 240 W box)
+    for gpu, watts in (("RTX PRO 6000", 600), ("DGX Spark", 240)):
+        price = local.offer(gpu).price_per_hour
+        assert price.low == pytest.approx(watts / 1000 * 0.15, abs=0.006)
+        assert price.high == pytest.approx(watts / 1000 * 0.30, abs=0.006)
+    # MI325X and MI355X are rented only by clouds outside the guide's tiers: no offer here
+    for name in ("MI325X", "MI355X"):
+        assert not any(o.gpu.name == name for e in list_environments() for o in e.offers)
