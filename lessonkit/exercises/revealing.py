@@ -9,6 +9,7 @@ counts as right; a wrong one says how its memory compares with the answer's.
 from __future__ import annotations
 
 import math
+import numbers
 from itertools import islice
 from typing import Any
 
@@ -181,6 +182,10 @@ def _shown_names(names: list[str]) -> str:
 
 
 def _compare_names(read: Guess, actual: Any) -> str:
+    if isinstance(actual, numbers.Number) and not isinstance(actual, bool):
+        # reveal was handed a figure where a name belongs: say so rather than compare names
+        what = "GPU" if read.kind == "gpu" else "environment"
+        return f"{read.message} (reveal needs the {what}'s name here, not a number.)"
     names = _answer_names(actual)
     shown = _shown_names(names)
     if not read.ok:
