@@ -17,7 +17,7 @@ JUPYTER_ARGS ?=
 COLAB_VENV ?= .venv-colab
 COLAB_PY := $(COLAB_VENV)/bin/python
 
-.PHONY: course test test-fast lint format colab-env oldest-env browser-deps gpu-check clean slides voila
+.PHONY: course test test-fast lint format dist colab-env oldest-env browser-deps gpu-check clean slides voila
 
 $(VENV)/.installed-course: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,21 @@ $(VENV)/.installed-dev: $(VENV)/.installed-course
 course: $(VENV)/.installed-course
 	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(JUPYTER_ARGS) --ServerApp.root_dir=. notebooks/01_vram_equation.ipynb
 
-# lessonkit itself comes from the working tree (a .pth file), so the environment is built once
-# and reused until the profile or pyproject.toml changes.
+# The sdist and the wheel of this version in dist/, built as .github/workflows/release.yml
+# builds what it publishes; rebuilt when the package changes.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -n 1)
+WHEEL := dist/lessonkit-$(VERSION)-py3-none-any.whl
+PACKAGE_FILES := pyproject.toml README.md LICENSE $(shell find lessonkit -name '*.py' -o -name '*.json')
+
+$(WHEEL): $(VENV)/.installed-dev $(PACKAGE_FILES)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
+dist: $(WHEEL)
+
+# Colab's packages, built once and reused until the profile or pyproject.toml changes; then
+# lessonkit as students get it: the wheel (not the working tree), installed with Colab's
+# versions as constraints, again whenever the wheel is rebuilt.
 $(COLAB_VENV)/.installed: tests/platforms/colab.txt tests/platforms/profiles.py pyproject.toml
 	rm -rf $(COLAB_VENV)
 	$(PYTHON) -m venv $(COLAB_VENV)
@@ -43,11 +56,16 @@ $(COLAB_VENV)/.installed: tests/platforms/colab.txt tests/platforms/profiles.py 
 	$(PYTHON) tests/platforms/profiles.py requirements > $(COLAB_VENV)/requirements.txt
 	$(COLAB_PY) -m pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) -c $(COLAB_VENV)/constraints.txt "$(TORCH_SPEC)"
 	$(COLAB_PY) -m pip install -q -c $(COLAB_VENV)/constraints.txt -r $(COLAB_VENV)/requirements.txt
-	echo "$(CURDIR)" > "$$($(COLAB_PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/lessonkit-worktree.pth"
 	$(COLAB_PY) -Xfrozen_modules=off -m ipykernel install --prefix $(COLAB_VENV) --name lessonkit-colab --display-name "Python (Colab's packages)" >/dev/null
 	touch $@
 
-colab-env: $(COLAB_VENV)/.installed
+$(COLAB_VENV)/.installed-wheel: $(COLAB_VENV)/.installed $(WHEEL)
+	rm -f "$$($(COLAB_PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/lessonkit-worktree.pth"
+	$(COLAB_PY) -m pip uninstall -q -y lessonkit
+	$(COLAB_PY) -m pip install -q -c $(COLAB_VENV)/constraints.txt "lessonkit[measure] @ file://$(CURDIR)/$(WHEEL)"
+	touch $@
+
+colab-env: $(COLAB_VENV)/.installed-wheel
 
 # The oldest matplotlib and ipywidgets that pyproject.toml allows, for the chart and explorer
 # tests (no torch needed there).
@@ -82,7 +100,7 @@ browser-deps:
 	  else echo "Install Chromium (e.g. 'sudo apt-get install chromium') for the browser tests."; fi; \
 	fi
 
-test: lint $(COLAB_VENV)/.installed $(OLDEST_VENV)/.installed browser-deps
+test: lint $(COLAB_VENV)/.installed-wheel $(OLDEST_VENV)/.installed browser-deps
 	MPLBACKEND=Agg $(PY) -m pytest
 
 # ruff (lint and format check: package, tests, tools, notebooks) and mypy (strict) on the package.
@@ -102,10 +120,8 @@ test-fast: $(VENV)/.installed-dev
 gpu-check: $(VENV)/.installed-dev
 	$(PY) scripts/gpu_check.py
 
-# Leaves the tree as a clone has it: the environments, caches, build outputs, artifacts/ (slides,
-# dashboards, GPU results) and every __pycache__/ and .ipynb_checkpoints/ go.
+# Back to the tree a clone has: environments, caches, build output and what the tools and tests
+# write (artifacts/, hypothesis's examples).
 clean:
-	rm -rf $(VENV) $(COLAB_VENV) $(OLDEST_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis \
-	  artifacts build dist .whl *.egg-info
-	find . -path ./.git -prune -o -type d \( -name __pycache__ -o -name .ipynb_checkpoints \) \
-	  -prune -exec rm -rf {} +
+	rm -rf $(VENV) $(COLAB_VENV) $(OLDEST_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist artifacts .whl *.egg-info
+	find . -path ./.git -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +

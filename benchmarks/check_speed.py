@@ -2,13 +2,16 @@
 
 The answers that once raised or hung: a 5000-digit integer, 10 MB strings (digits, spaces,
 separators), a number padded with 10,000 spaces, a million-item list, an object whose methods
-raise, and student functions that loop forever, call sys.exit or print 10 MB.
+raise, and student functions that loop forever, hold the interpreter in one long C call (a
+regex that takes 39 s), call sys.exit or print 10 MB. Question 05.1 runs a function in a
+process of its own: the honest function's time is mostly that process's start (a fork).
 
 Usage: python benchmarks/check_speed.py
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -45,6 +48,19 @@ def prints_ten_megabytes():
     print("1" * 10_000_000)
 
 
+def holds_the_interpreter():
+    re.fullmatch("(a+)+b", "a" * 26)
+
+
+def checks_the_gpu():
+    import torch
+
+    if not torch.cuda.is_available():
+        print("No GPU")
+        return
+    print(f"Total VRAM: {torch.cuda.get_device_properties(0).total_memory / 1e9:.2f} GB")
+
+
 ANSWERS = {
     "a right answer (13.48 GB)": "13.48 GB",
     "5000-digit integer": 10**5000,
@@ -57,6 +73,8 @@ ANSWERS = {
     "a function that loops forever": loops_forever,
     "a function that calls sys.exit": calls_exit,
     "a function that prints 10 MB": prints_ten_megabytes,
+    "a function in one 39 s regex": holds_the_interpreter,
+    "a right function (05.1)": checks_the_gpu,
 }
 
 
@@ -74,6 +92,9 @@ def main() -> None:
         worst = max(worst, slowest)
         print(f"{label:<36}{slowest * 1e3:>8.1f}ms  {where}")
     print(f"slowest check of any answer: {worst * 1e3:.0f} ms (target < 1000 ms)")
+    from lessonkit.exercises.student_process import start_method
+
+    print(f"(student functions run in a process of their own: {start_method()})")
 
 
 if __name__ == "__main__":

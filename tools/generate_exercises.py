@@ -42,7 +42,7 @@ CODE_STUB = "answer = ...  # your answer here"
 TEXT_STUB = "_Your answer here._"
 MARKDOWN_PROMPT = TEXT_STUB
 SOLUTION_ONLY_TAG = "solution-only"
-KEPT_CELL_METADATA = ("tags", "nbgrader", "deletable", "editable")
+KEPT_CELL_METADATA = ("tags", "nbgrader", "deletable", "editable", "cellView", "jupyter")
 KEPT_NOTEBOOK_METADATA = ("kernelspec", "language_info", "colab", "kaggle")
 GRADE_ID = re.compile(r"^[a-zA-Z0-9_\-]*$")
 

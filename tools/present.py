@@ -32,6 +32,9 @@ from pathlib import Path
 
 import nbformat
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bootstrap import is_install_cell
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 SLIDES = ROOT / "artifacts" / "slides"
@@ -48,7 +51,9 @@ def find_notebook(number: str, folder: Path = NOTEBOOKS) -> Path:
     names = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
     key = str(number).strip()
     for path in names:
-        if key in (path.name, path.stem) or (key.isdigit() and path.name[:2] == f"{int(key):02d}"):
+        # isdecimal, not isdigit: '²' is a digit that int() refuses.
+        number_matches = key.isdecimal() and len(key) <= 3 and path.name[:2] == f"{int(key):02d}"
+        if key in (path.name, path.stem) or number_matches:
             return path
     raise PresentError(
         f"No notebook {number!r}; choose one of "
@@ -62,7 +67,8 @@ def _first_line(cell: nbformat.NotebookNode) -> str:
 
 def setup_cells(cells: list) -> set[int]:
     """Indices of the set-up cells: after the title, before the first section that is not
-    "## Settings" (install, settings, parameters, imports), plus any later install cell."""
+    "## Settings" (install, settings, parameters, imports), plus the install cell wherever it
+    is (tools/bootstrap.py's, today's or an older one)."""
     first = next(
         (
             i
@@ -74,7 +80,7 @@ def setup_cells(cells: list) -> set[int]:
         ),
         len(cells),
     )
-    return set(range(1, first)) | {i for i, c in enumerate(cells) if "pip install" in c.source}
+    return set(range(1, first)) | {i for i, c in enumerate(cells) if is_install_cell(c)}
 
 
 def slide_type(cell: nbformat.NotebookNode, index: int, setup: set[int] = frozenset()) -> str:
@@ -104,8 +110,13 @@ def mark(paths: list[Path], check: bool) -> list[Path]:
     """Set (or with ``check`` only compare) the slide metadata; the paths not in step."""
     off = []
     for path in paths:
-        text = path.read_text(encoding="utf-8")
-        new = nbformat.writes(marked(nbformat.reads(text, as_version=4))) + "\n"
+        try:
+            text = path.read_text(encoding="utf-8")
+            nb = nbformat.reads(text, as_version=4)
+        except (OSError, UnicodeDecodeError, ValueError) as err:  # nbformat's errors are these
+            why = " ".join(str(err).split())[:200]
+            raise PresentError(f"Cannot read {str(path)!r} as a notebook: {why}") from None
+        new = nbformat.writes(marked(nb)) + "\n"
         if new != text:
             off.append(path)
             if not check:
@@ -154,7 +165,7 @@ def dashboard(nb: nbformat.NotebookNode, title: str) -> nbformat.NotebookNode:
     keep = [
         cells[i]
         for i in sorted(setup_cells(cells))
-        if cells[i].cell_type == "code" and "pip install" not in cells[i].source
+        if cells[i].cell_type == "code" and not is_install_cell(cells[i])
     ]
     out = [nbformat.v4.new_markdown_cell(f"# {title}: explorers")] + [
         copy.deepcopy(c) for c in keep

@@ -56,7 +56,12 @@ def quiz_cells(number: str) -> list[dict]:
 def with_quiz(notebook: dict, number: str) -> dict:
     """The notebook with its quiz section replaced by (or ended with) the data's."""
     kept = [c for c in notebook["cells"] if not str(c.get("id", "")).startswith("quiz-")]
-    return {**notebook, "cells": kept + quiz_cells(number)}
+    before = {c.get("id"): c for c in notebook["cells"] if c not in kept}
+    cells = quiz_cells(number)
+    for cell in cells:  # what other tools set on these cells stays (present.py's slide types)
+        if cell["id"] in before:
+            cell["metadata"] = before[cell["id"]].get("metadata", {})
+    return {**notebook, "cells": kept + cells}
 
 
 def dumps(notebook: dict) -> str:

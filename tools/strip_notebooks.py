@@ -25,7 +25,8 @@ NOTEBOOKS = ROOT / "notebooks"
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 CHECK_TAG = "nbval-check-output"
 # Cell metadata worth keeping; the rest (execution timings, papermill, scrolling) is noise.
-KEEP_CELL_METADATA = ("tags", "slideshow")
+# cellView and jupyter hide the install cell (Colab's form view, JupyterLab's hidden input).
+KEEP_CELL_METADATA = ("tags", "slideshow", "cellView", "jupyter")
 TEXT_MIME = "text/plain"
 
 

@@ -9,7 +9,7 @@ calculator and the catalogs when they are checked), never the command line.
 from .check_result import STATUSES, CheckResult
 from .checking import answer_key, check, hint, key_points_found, options, question_ids
 from .expected import bandwidth_ladder
-from .grading import autograde
+from .grading import autograde, run_on_this_machine
 from .predictions import predict, reveal
 from .quiz import quiz, quiz_ids
 
@@ -28,4 +28,5 @@ __all__ = [
     "quiz",
     "quiz_ids",
     "reveal",
+    "run_on_this_machine",
 ]

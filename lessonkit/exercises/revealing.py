@@ -9,10 +9,11 @@ counts as right; a wrong one says how its memory compares with the answer's.
 from __future__ import annotations
 
 import math
+import numbers
 from itertools import islice
 from typing import Any
 
-from ..errors import normalise_name, real_number, show_number
+from ..errors import normalise_name
 from ..safe_repr import short_str
 from .guesses import Guess, clean, echo, memory_text, shorten
 
@@ -181,11 +182,10 @@ def _shown_names(names: list[str]) -> str:
 
 
 def _compare_names(read: Guess, actual: Any) -> str:
-    if read.ok and real_number(actual) is not None:  # a number where a name belongs
-        return (
-            f"You guessed {read.value}; the answer given is not a name but the number "
-            f"{show_number(actual)}: nothing to compare."
-        )
+    if isinstance(actual, numbers.Number) and not isinstance(actual, bool):
+        # reveal was handed a figure where a name belongs: say so rather than compare names
+        what = "GPU" if read.kind == "gpu" else "environment"
+        return f"{read.message} (reveal needs the {what}'s name here, not a number.)"
     names = _answer_names(actual)
     shown = _shown_names(names)
     if not read.ok:

@@ -1,19 +1,20 @@
-"""Running a student's function against test cases, under a time limit, with a stand-in torch.
+"""Checking a student's function against test cases: it runs in a process of its own (see
+student_process) under a hard time limit, with a stand-in torch per case.
 
-A function that loops forever, calls ``sys.exit`` or raises gets feedback naming what happened;
-the notebook keeps running.
+A function that loops forever, holds the interpreter in one long C call, calls ``sys.exit`` or
+raises gets feedback naming what happened; the notebook keeps running, and nothing the function
+does reaches the checker: only its printout comes back, and the grading happens here.
 """
 
 from __future__ import annotations
 
-import time
+import types
 from typing import Any
 
-from ..health.fake_torch import StudentExit, TimeLimitExceeded, run_with_fake_torch
-from ..safe_repr import describe_error, short_str
 from .answer_parsing import _describe
 from .check_result import CheckResult
 from .expected import EXPECTED as _EXPECTED
+from .student_process import run_cases
 
 # Seconds a student's function may run, all of its cases together.
 _FUNCTION_TIME_LIMIT = 0.6
@@ -21,7 +22,9 @@ _FUNCTION_TIME_LIMIT = 0.6
 
 def _check_function(qid: str, question: dict[str, Any], answer: object) -> CheckResult:
     title = question.get("title", "")
-    if not callable(answer) or not hasattr(answer, "__code__"):
+    # The exact type: isinstance or hasattr would run the answer's own __getattr__ or
+    # __class__ here, in the checker.
+    if type(answer) is not types.FunctionType:
         return CheckResult(
             qid,
             title,
@@ -29,39 +32,36 @@ def _check_function(qid: str, question: dict[str, Any], answer: object) -> Check
             f"Pass your function itself (its name, without brackets), got {_describe(answer)}.",
         )
     cases = _EXPECTED[qid]()
+    run = run_cases(answer, [torch for _, torch, _ in cases], _FUNCTION_TIME_LIMIT)
+    if any(outcome.not_implemented for outcome in run.outcomes):
+        return CheckResult(
+            qid,
+            title,
+            "not answered",
+            "Not answered yet: replace the `raise NotImplementedError` line.",
+        )
     details, passed = [], 0
-    deadline = time.monotonic() + _FUNCTION_TIME_LIMIT
-    for label, torch, verify in cases:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            details.append(f"✘ {label}: not run (the time limit was used up)")
-            continue
-        try:
-            printed = run_with_fake_torch(answer, torch, time_limit=left)
-        except NotImplementedError:
-            return CheckResult(
-                qid,
-                title,
-                "not answered",
-                "Not answered yet: replace the `raise NotImplementedError` line.",
-            )
-        except (TimeLimitExceeded, StudentExit) as err:
-            details.append(f"✘ {label}: {short_str(err)}")
-            continue
-        except Exception as err:  # the student's code failed: that is the feedback
-            if _keeps_placeholder(answer):
-                return CheckResult(
-                    qid,
-                    title,
-                    "not answered",
-                    "Not answered yet: replace the `answer = ...` line in your "
-                    "function with your code.",
-                )
-            details.append(f"✘ {label}: raised {describe_error(err)}")
-            continue
-        problem = verify(printed)
-        passed += problem is None
-        details.append(f"✔ {label}" if problem is None else f"✘ {label}: {problem}")
+    for index, (label, _, verify) in enumerate(cases):
+        if index < len(run.outcomes):
+            outcome = run.outcomes[index]
+            if outcome.problem is not None:
+                if outcome.problem.startswith("raised ") and _keeps_placeholder(answer):
+                    return CheckResult(
+                        qid,
+                        title,
+                        "not answered",
+                        "Not answered yet: replace the `answer = ...` line in your "
+                        "function with your code.",
+                    )
+                details.append(f"✘ {label}: {outcome.problem}")
+                continue
+            problem = verify(outcome.printed)
+            passed += problem is None
+            details.append(f"✔ {label}" if problem is None else f"✘ {label}: {problem}")
+        elif index == len(run.outcomes):
+            details.append(f"✘ {label}: {run.stopped}")
+        else:
+            details.append(f"✘ {label}: not run (the check stopped at the case above)")
     if passed == len(cases):
         return CheckResult(
             qid,
@@ -75,7 +75,7 @@ def _check_function(qid: str, question: dict[str, Any], answer: object) -> Check
     )
 
 
-def _keeps_placeholder(function: Any) -> bool:
+def _keeps_placeholder(function: types.FunctionType) -> bool:
     """Whether a function still holds the exercise's placeholder line ``answer = ...``."""
     code = function.__code__
     return "answer" in code.co_varnames and any(c is ... for c in code.co_consts)

@@ -21,32 +21,46 @@ def fake_torch(
     total_memory: int | None, name: str = "Tesla T4", capability: tuple[int, int] = (7, 5)
 ) -> types.ModuleType:
     """A torch stand-in with today's CUDA API and no ``get_total_memory`` (it never existed)."""
-    torch = types.ModuleType("torch")
-    cuda = types.ModuleType("torch.cuda")
-    available = total_memory is not None
+    torch: Any = types.ModuleType("torch")  # Any: the attributes are set here, not declared
+    cuda: Any = types.ModuleType("torch.cuda")
 
     def no_gpu(*_args: object, **_kwargs: object) -> Any:
         raise RuntimeError("No CUDA GPUs are available")
 
-    cuda.is_available = lambda: available
-    cuda.device_count = lambda: 1 if available else 0
-    if available:
+    cuda.is_available = lambda: total_memory is not None
+    cuda.device_count = lambda: 0 if total_memory is None else 1
+    if total_memory is not None:
+        total = total_memory
         props = types.SimpleNamespace(
             name=name,
-            total_memory=total_memory,
+            total_memory=total,
             major=capability[0],
             minor=capability[1],
             multi_processor_count=40,
         )
         cuda.get_device_name = lambda device=0: name
         cuda.get_device_properties = lambda device=0: props
-        cuda.mem_get_info = lambda device=0: (total_memory - 300 * 2**20, total_memory)
+        cuda.mem_get_info = lambda device=0: (total - 300 * 2**20, total)
         cuda.get_device_capability = lambda device=0: capability
     else:
         cuda.get_device_name = cuda.get_device_properties = cuda.mem_get_info = no_gpu
         cuda.get_device_capability = no_gpu
     torch.cuda = cuda
-    return torch
+    torch._lessonkit_spec = (total_memory, name, capability)  # to make it again in a child
+    result: types.ModuleType = torch
+    return result
+
+
+def torch_spec(torch: types.ModuleType) -> tuple[int | None, str, tuple[int, int]]:
+    """The arguments ``fake_torch`` made this stand-in with (to make it again in a child)."""
+    spec: tuple[int | None, str, tuple[int, int]] = torch.__dict__["_lessonkit_spec"]
+    return spec
+
+
+def fake_torch_from_spec(spec: tuple[Any, ...]) -> types.ModuleType:
+    """``fake_torch(*spec)``, for a spec from ``torch_spec``."""
+    total_memory, name, (major, minor) = spec
+    return fake_torch(total_memory, name, (major, minor))
 
 
 class TimeLimitExceeded(Exception):
@@ -148,7 +162,7 @@ def run_with_fake_torch(
                         "for input?)"
                     )
     finally:
-        for key, module in zip(("torch", "torch.cuda"), saved):
+        for key, module in zip(("torch", "torch.cuda"), saved, strict=True):
             if module is None:
                 sys.modules.pop(key, None)
             else:

@@ -150,11 +150,16 @@ def test_opens_with_badges_and_an_install_cell(name: str) -> None:
     )
     install = code_cells(nb)[0].source
     assert re.search(r"try:\s*\n\s*import lessonkit\s*\nexcept ImportError:", install), install
-    requirement = re.search(r'^LESSONKIT = "(.*)"$', install, re.M).group(1)
-    assert requirement == f"lessonkit[measure] @ git+https://{REPO}@{REF}"
+    # The release from the package index (pinned), its git tag only where the index has not it.
+    assert f'VERSION = "{REF[1:]}"' in install and f'REPOSITORY = "{REPO[11:]}"' in install
+    requirements = re.search(r"requirements = \[(.*?)\n    \]", install, re.S).group(1)
+    assert re.findall(r'f"([^"]+)"', requirements) == [
+        "lessonkit[measure]=={VERSION}",
+        "lessonkit[measure] @ git+https://github.com/{REPOSITORY}@v{VERSION}",
+    ]
     # Colab and Kaggle ship their own torch, numpy and matplotlib: never re-pin or upgrade them.
     pip = re.search(r"\[sys.executable, \"-m\", \"pip\", \"install\",[^\]]*\]", install).group(0)
-    assert not re.search(r"torch|numpy|matplotlib|--upgrade|-U\b", pip + requirement), pip
+    assert not re.search(r"torch|numpy|matplotlib|--upgrade|-U\b", pip + requirements), pip
 
 
 @pytest.mark.parametrize("name", NAMES)

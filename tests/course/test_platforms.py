@@ -8,9 +8,10 @@ source and date. Two checks use them:
   whose installed packages are exactly a profile's (metadata only, so no download of torch or
   CUDA): the report must install lessonkit and nothing that the platform already has;
 - the Colab test environment (``make colab-env``, built by ``make test``): Colab's versions of
-  everything lessonkit and the kernel use, with the local torch build and this machine's Python.
-  Every notebook runs there under nbval and papermill, and the widget tests drive every
-  explorer callback with ipywidgets 7.
+  everything lessonkit and the kernel use, with the local torch build and this machine's Python,
+  and lessonkit installed from the wheel ``make dist`` builds (as students install it from
+  PyPI), never from the source tree. Every notebook runs there under nbval and papermill, and
+  the widget tests drive every explorer callback with ipywidgets 7.
 """
 
 from __future__ import annotations
@@ -147,9 +148,9 @@ def test_the_dry_run_sees_an_upgrade(wheel, tmp_path):
 
 
 # ----- the Colab test environment ---------------------------------------------------------------
-def built(venv: Path, target: str) -> Path:
+def built(venv: Path, target: str, stamp: str = ".installed") -> Path:
     """The Python of a test environment that make builds (skipped without it, but not in CI)."""
-    if not (venv / ".installed").exists():
+    if not (venv / stamp).exists():
         if os.environ.get("CI"):
             pytest.fail(f"no test environment at {venv}: CI runs 'make test', which builds it")
         pytest.skip(f"no test environment at {venv}: run 'make {target}'")
@@ -158,7 +159,37 @@ def built(venv: Path, target: str) -> Path:
 
 @pytest.fixture(scope="module")
 def colab_python() -> Path:
-    return built(COLAB_VENV, "colab-env")
+    return built(COLAB_VENV, "colab-env", ".installed-wheel")
+
+
+def test_the_colab_environment_has_lessonkit_from_a_wheel_of_this_tree(colab_python):
+    """Installed from a wheel file (not editable, not a path into the tree), and the files it
+    installed are this tree's: a stale wheel would test old code."""
+    code = (
+        "import importlib.metadata as m, json, pathlib, lessonkit\n"
+        "d = m.distribution('lessonkit')\n"
+        "print(json.dumps({'file': lessonkit.__file__, 'url': json.loads("
+        "d.read_text('direct_url.json') or '{}'), 'files': {str(f): f.read_text() for f in "
+        "d.files if str(f).startswith('lessonkit/') and f.suffix in ('.py', '.json')}}))"
+    )
+    # -P: not the working directory (the tree) first on sys.path, only what is installed.
+    run = subprocess.run(
+        [str(colab_python), "-P", "-c", code], capture_output=True, text=True, cwd=ROOT
+    )
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)
+    assert Path(found["file"]).resolve().is_relative_to(COLAB_VENV.resolve()), found["file"]
+    assert "archive_info" in found["url"] and found["url"]["url"].endswith(".whl"), found["url"]
+    tree = {
+        str(p.relative_to(ROOT)): p.read_text()
+        for p in (ROOT / "lessonkit").rglob("*")
+        if p.suffix in (".py", ".json") and "__pycache__" not in p.parts
+    }
+    stale = sorted(set(tree) ^ set(found["files"]))
+    stale += sorted(name for name in tree if found["files"].get(name, tree[name]) != tree[name])
+    assert stale == [], (
+        f"the Colab environment's lessonkit is not this tree's: make colab-env {stale[:5]}"
+    )
 
 
 def installed(python: Path) -> dict[str, str]:
@@ -220,6 +251,7 @@ def test_every_explorer_callback_with_colabs_ipywidgets(colab_python):
     run = subprocess.run(
         [
             str(colab_python),
+            "-P",  # lessonkit from the environment's wheel, not from the tree
             "-m",
             "pytest",
             "-q",
@@ -302,15 +334,20 @@ def test_the_colab_kernel_runs_colabs_packages(colab_python, tmp_path, monkeypat
         cells=[
             nbformat.v4.new_code_cell(
                 "import ipywidgets, matplotlib, numpy, lessonkit, sys\n"
-                "print(ipywidgets.__version__, matplotlib.__version__, numpy.__version__, sys.executable)"
+                "print(ipywidgets.__version__, matplotlib.__version__, numpy.__version__, "
+                "sys.executable, lessonkit.__file__)"
             )
         ]
     )
-    nbclient.NotebookClient(nb, kernel_name=COLAB_KERNEL, timeout=120).execute()
+    client = nbclient.NotebookClient(
+        nb, kernel_name=COLAB_KERNEL, timeout=120, resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()
     shown = nb.cells[0].outputs[0]["text"].split()
     colab = profiles.read("colab")
     assert shown[:3] == [colab["ipywidgets"], colab["matplotlib"], colab["numpy"]]
     assert Path(shown[3]).parent.parent.resolve() == COLAB_VENV.resolve()
+    assert Path(shown[4]).resolve().is_relative_to(COLAB_VENV.resolve())  # the wheel's
 
 
 @pytest.mark.notebooks
@@ -356,7 +393,7 @@ def test_solution_notebooks_with_colabs_packages(colab_python, name, tmp_path, m
         str(ROOT / "solutions" / name),
         str(out),
         kernel_name=COLAB_KERNEL,
-        cwd=str(ROOT),
+        cwd=str(ROOT / "solutions"),  # not the root: lessonkit must come from the wheel
         progress_bar=False,
         log_output=False,
         execution_timeout=300,

@@ -27,6 +27,7 @@ def load_tool():
 
 
 present = load_tool()
+bootstrap = load_script("tools/bootstrap.py")
 
 
 def run_tool(*args: str) -> subprocess.CompletedProcess:
@@ -46,11 +47,11 @@ def test_slides_follow_the_headings(path):
     cells = nbformat.read(path, as_version=4).cells
     types = [c.metadata["slideshow"]["slide_type"] for c in cells]
     assert types[0] == "slide"
-    for cell, kind in zip(cells, types):
+    for cell, kind in zip(cells, types, strict=True):
         first = cell.source.lstrip().splitlines()[0] if cell.source.strip() else ""
         if cell.cell_type == "markdown" and first.startswith("## ") and first != "## Settings":
             assert kind == "slide", first
-        if "pip install" in cell.source or "parameters" in cell.metadata.get("tags", []):
+        if bootstrap.is_install_cell(cell) or "parameters" in cell.metadata.get("tags", []):
             assert kind == "skip"
         if cell.cell_type == "code" and present.EXPLORER_CALL.search(cell.source):
             assert kind != "skip"  # an explorer is shown on its slide
@@ -102,7 +103,7 @@ def test_nbconvert_builds_slides_of_every_notebook(path, tmp_path):
     kinds = [c.metadata["slideshow"]["slide_type"] for c in nbformat.read(path, as_version=4).cells]
     # One <section> per slide, plus one per sub-slide inside it (reveal.js's vertical stack).
     assert _sections(html) >= kinds.count("slide") + kinds.count("subslide")
-    assert "pip install" not in html  # the skipped set-up cells
+    assert "Installing lessonkit" not in html and "@title" not in html  # skipped: set-up
 
 
 @pytest.mark.notebooks
@@ -133,7 +134,9 @@ def test_dashboards_hold_the_settings_and_the_explorers(number, tmp_path):
         if c.cell_type == "code" and present.EXPLORER_CALL.search(c.source)
     ]
     assert [c.source for c in nb.cells if present.EXPLORER_CALL.search(c.source)] == explorers
-    assert not any("pip install" in c.source for c in nb.cells)
+    # Voilà runs every cell it shows: the install cell must not be one of them.
+    assert not any(bootstrap.is_install_cell(c) for c in nb.cells)
+    assert not any("Installing lessonkit" in c.source for c in nb.cells)
     assert nb.cells[0].source.endswith(": explorers")
 
 
@@ -174,5 +177,5 @@ def test_jupyterlab_rise_is_installed_and_enabled():
         timeout=120,
     )
     listing = result.stdout + result.stderr
-    line = next((l for l in listing.splitlines() if "jupyterlab-rise" in l), "")
+    line = next((entry for entry in listing.splitlines() if "jupyterlab-rise" in entry), "")
     assert "enabled" in line and "OK" in line, listing

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lessonkit.exercises.predictions import KINDS, predict, reveal
+from lessonkit.exercises.predictions import KINDS, predict, reveal, reveal_text
 
 MAX_CHARS = 1_500
 NUMBER_READ_AS_NONSENSE = re.compile(r"guessed (nan|inf|-)|(nan|inf)%|answer is (nan|-)")
@@ -148,3 +148,11 @@ def test_every_kind_of_guess_against_a_real_report(kind, capsys):
         assert_sane(predict(guess, kind, "What").message)
         assert_sane(reveal(guess, kind, answers[kind]))
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("actual", [-0.0, -1, 0, 3.5, float("nan"), 10**400])
+@pytest.mark.parametrize("kind", ["gpu", "environment"])
+def test_a_number_given_where_a_name_belongs_is_said_so(kind, actual):
+    text = reveal_text("T4", kind, actual)
+    assert_sane(text)
+    assert "not a number" in text

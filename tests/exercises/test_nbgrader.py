@@ -81,7 +81,7 @@ def test_solutions_carry_nbgrader_cells_for_every_question(name):
     text = "\n".join(source(c) for c in cells)
     ids = [meta(c)["grade_id"] for c in cells if meta(c)]
     assert all(GRADE_ID.match(i) for i in ids) and len(ids) == len(set(ids))
-    for index, cell in enumerate(cells):
+    for cell in cells:
         has_marker = "BEGIN SOLUTION" in source(cell) or "END SOLUTION" in source(cell)
         # Markers only inside solution cells (no prose that nbgrader would take for one).
         assert has_marker == bool(meta(cell).get("solution")), (name, cell["id"])
@@ -300,3 +300,50 @@ def test_autograding_gives_each_question_its_points(course):
                     assert grade.needs_manual_grade and grade.auto_score is None
                 else:
                     assert grade.auto_score == 0 and not grade.needs_manual_grade
+
+
+# The 05.1 answer of a student who tries to grade themselves: the function that check runs
+# rewrites the checker (every result correct, its own expected answers, its number checker),
+# and every other answer of the notebook is wrong.
+TAMPERING_ANSWER = """import torch
+
+
+def check_gpu_health():
+    import lessonkit.exercises.check_result as check_result
+    import lessonkit.exercises.checking as checking
+    import lessonkit.exercises.expected as expected
+
+    check_result.CheckResult.correct = property(lambda self: True)
+    for qid in list(expected.EXPECTED):
+        expected.EXPECTED[qid] = lambda: 0
+    checking._CHECKERS["number"] = lambda qid, question, answer: check_result.CheckResult(
+        qid, "", "correct", "Correct."
+    )
+    print("Total VRAM: 15.84 GB")
+
+
+check("05.1", check_gpu_health)
+"""
+
+
+@pytest.mark.notebooks
+@pytest.mark.slow
+def test_a_submission_that_tampers_with_the_checker_gets_no_points(course):
+    from nbgrader.api import Gradebook
+
+    student, name = "tamperer", "05_checking_your_environment"
+    release = read(course / "release" / ASSIGNMENT / f"{name}.ipynb")
+    solution = read(ROOT / "solutions" / f"{name}.ipynb")
+    nb = _student_copy(release, solution, dict.fromkeys(question_ids(name), "wrong"))
+    answer = next(c for c in nb["cells"] if meta(c).get("grade_id") == "q05-1-answer")
+    answer["source"] = TAMPERING_ANSWER
+    folder = course / "submitted" / student / ASSIGNMENT
+    folder.mkdir(parents=True)
+    (folder / f"{name}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    run_nbgrader(course, "autograde", ASSIGNMENT, "--student", student, "--force")
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        notebook = gradebook.find_submission_notebook(name, ASSIGNMENT, student)
+        graded = {g.name: g.score for g in notebook.grades if g.auto_score is not None}
+        assert len(graded) == len(question_ids(name)), graded  # every test cell ran
+        assert notebook.score == 0, graded

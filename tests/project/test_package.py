@@ -19,14 +19,19 @@ HEAVY = ("torch", "transformers", "matplotlib", "peft", "ipywidgets")
 
 
 def test_import_is_light():
+    """``import lessonkit`` loads its top module and a handful of the standard library's, nothing
+    heavy (the seconds it takes: benchmarks/import_speed.py)."""
     code = (
-        "import sys, time; t = time.perf_counter(); import lessonkit; "
-        f"print(time.perf_counter() - t); print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+        "import sys; before = set(sys.modules); import lessonkit; "
+        "print(','.join(sorted(set(sys.modules) - before)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    seconds, loaded = out.stdout.splitlines()[0], out.stdout.splitlines()[1:]
-    assert loaded in ([], [""]), f"import lessonkit pulled in {loaded}"
-    assert float(seconds) < 0.2
+    loaded = out.stdout.strip().split(",")
+    assert not [m for m in loaded if m.split(".")[0] in HEAVY], (
+        f"import lessonkit pulled in {loaded}"
+    )
+    assert [m for m in loaded if m.startswith("lessonkit")] == ["lessonkit"], loaded
+    assert len(loaded) <= 15, loaded
 
 
 def test_public_names_resolve_to_what_their_modules_define():
@@ -81,19 +86,21 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_cli_output_piped_into_a_closed_reader_does_not_crash():
-    # The reader (`true`) exits before the CLI writes, so every write meets a closed pipe.
-    code = (
-        "import time, sys; time.sleep(0.5); from lessonkit.cli import main; "
-        "sys.exit(main(['recommend', '--model', '7B']))"
-    )
-    run = subprocess.run(
-        f'set -o pipefail; {sys.executable} -c "{code}" | true',
-        shell=True,
-        capture_output=True,
-        text=True,
-        executable="/bin/bash",
-        cwd=ROOT,
-    )
+    # The pipe's reading end is closed before the CLI starts, so every write meets a closed pipe
+    # (no race with a reader that exits in its own time).
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "lessonkit", "recommend", "--model", "7B"],
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
+    finally:
+        os.close(writer)
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
 

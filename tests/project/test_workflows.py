@@ -115,3 +115,79 @@ def gpu_check_default_out() -> Path:
     from script_loader import load_gpu_check
 
     return load_gpu_check().parse_args([]).out.resolve()
+
+
+# ----- the release: built on a tag, published with trusted publishing ------------------------
+def test_ci_builds_the_wheel_that_the_colab_environment_installs() -> None:
+    lines = run_lines(next(iter(load("ci.yml")["jobs"].values())))
+    assert "make dist" in lines and lines.index("make dist") < lines.index("make test")
+    makefile = (ROOT / "Makefile").read_text()
+    rule = re.search(r"^\$\(COLAB_VENV\)/\.installed-wheel: (.*?)\n\n", makefile, re.M | re.S)
+    assert rule and "$(WHEEL)" in rule.group(1).splitlines()[0], "the Colab env needs the wheel"
+    assert '"lessonkit[measure] @ file://$(CURDIR)/$(WHEEL)"' in rule.group(1)
+    colab_rules = re.findall(r"^\$\(COLAB_VENV\)/\.installed.*?\n\n", makefile, re.M | re.S)
+    assert len(colab_rules) == 2
+    assert not any(re.search(r"echo .*\.pth", rule) for rule in colab_rules)  # never the tree
+    assert re.search(r"^test: .*\$\(COLAB_VENV\)/\.installed-wheel", makefile, re.M)
+    assert re.search(r"^\$\(WHEEL\): .*\n\trm -rf dist\n\t\$\(PY\) -m build ", makefile, re.M)
+
+
+def test_release_builds_on_a_tag_and_publishes_with_trusted_publishing() -> None:
+    workflow = load("release.yml")
+    assert triggers(workflow) == {"push": {"tags": ["v*"]}}
+    assert workflow["permissions"] == {"contents": "read"}  # nothing more, except where needed
+    jobs = workflow["jobs"]
+    build, publish = jobs["build"], jobs["publish"]
+    for job in jobs.values():
+        assert job["runs-on"] == "ubuntu-latest" and job.get("timeout-minutes")
+        for step in job["steps"]:
+            assert ("run" in step) != ("uses" in step), step
+            uses = step.get("uses", "")
+            # Pinned: a major version of GitHub's own actions, an exact release of the others.
+            assert not uses or re.search(
+                r"^actions/[\w-]+@v\d+$|^pypa/gh-action-pypi-publish@v\d+\.\d+\.\d+$", uses
+            ), uses
+            assert "${{" not in str(step.get("run", "")), "no expressions inside shell scripts"
+    lines = run_lines(build)
+    assert "python -m build" in lines and "python -m twine check --strict dist/*" in lines
+    assert "python tools/set_repository.py --check" in lines
+    assert any('"$GITHUB_REF_NAME" != "v$version"' in line for line in lines)  # tag = version
+    assert any(
+        line.startswith("/tmp/wheel-check/bin/python -m pip install dist/") for line in lines
+    )
+    upload = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-art"))
+    assert upload["with"]["path"] == "dist/" and "permissions" not in build
+    # Publishing is its own job: the only one with an OIDC token, in an environment, running
+    # no code of the repository (no checkout, no run step), with no password or token.
+    assert publish["needs"] == "build"
+    assert publish["permissions"] == {"id-token": "write"}
+    assert publish["environment"]["name"] == "pypi"
+    assert [s.get("uses", "").split("@")[0] for s in publish["steps"]] == [
+        "actions/download-artifact",
+        "pypa/gh-action-pypi-publish",
+    ]
+    download = publish["steps"][0]["with"]
+    assert download == {"name": upload["with"]["name"], "path": "dist/"}
+    assert "with" not in publish["steps"][1]  # no password, no token: trusted publishing
+    assert not [
+        j for j, job in jobs.items() if "id-token" in job.get("permissions", {}) and j != "publish"
+    ]
+
+
+def test_make_clean_removes_everything_git_ignores() -> None:
+    """`make clean` leaves the tree as a clone has it: whatever .gitignore names, it removes."""
+    recipe = re.search(r"^clean:\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    words = set(
+        re.findall(
+            r"[\w.*-]+",
+            recipe.replace("$(VENV)", ".venv")
+            .replace("$(COLAB_VENV)", ".venv-colab")
+            .replace("$(OLDEST_VENV)", ".venv-oldest"),
+        )
+    )
+    ignored = [
+        line.strip().rstrip("/")
+        for line in (ROOT / ".gitignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert [name for name in ignored if name not in words] == []
