@@ -52,7 +52,7 @@ from lessonkit.memory.real_bitsandbytes import bitsandbytes  # noqa: E402
 from lessonkit.models.spec import ModelSpec, resolve_model  # noqa: E402
 from tests.memory.test_accuracy import GRID, LARGE, SPECS  # noqa: E402
 
-MiB = 2**20
+MiB, GiB = 2**20, 2**30
 
 
 def _settings(kw: dict) -> dict:
@@ -185,16 +185,26 @@ def describe(kw: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in kw.items())
 
 
+def _a100() -> tuple[str, int]:
+    """The 80 GB A100 of the guide's table: its name and the memory PyTorch sees on it."""
+    gpu = lessonkit.get_gpu("A100 80GB")
+    return gpu.name, gpu.usable_bytes
+
+
 def guide_case() -> None:
     """The lesson's case: a 7B model, full fine-tuning in 16-bit, next to '~120-160 GB'."""
-    GB = 1e9
+    name, usable = _a100()
+    low, high = (gb / GiB for gb in GUIDE_GB_FOR_7B)
     print("## The guide's case: 7B, full fine-tuning, 16-bit\n")
     print(
-        'The guide says: "Total needed for training: ~120GB to 160GB" and its table puts full '
-        "SFT of a 7B model on one 80 GB A100. On one GPU (llama-2-7b shape, batch 1 x 512, "
-        "CUDA context and allocator margin included):\n"
+        'The guide says: "Total needed for training: ~120GB to 160GB" (decimal GB: '
+        f"{low:.1f}-{high:.1f} GiB) and its table puts full SFT of a 7B model on one 80 GB A100, "
+        f"{usable / GiB:.2f} GiB as PyTorch sees it. On one GPU (llama-2-7b shape, batch 1 x "
+        "512, CUDA context and allocator margin included; GiB, 2**30 bytes):\n"
     )
-    print("| precision / optimizer | weights + gradients + states | peak per GPU | fits 80 GB |")
+    print(
+        f"| precision / optimizer | weights + gradients + states | peak per GPU | fits an {name} |"
+    )
     print("|---|---|---|---|")
     for precision, optimizer in [
         ("bf16-mixed", "adamw"),
@@ -206,23 +216,28 @@ def guide_case() -> None:
         est = r.settings["estimated"]
         static = est["weight_bytes"] + est["gradient_bytes"] + est["optimizer_bytes"]
         print(
-            f"| {precision} / {optimizer} | {static / GB:.1f} GB "
-            f"({static / r.model.n_params:.1f} B/param) | {r.total_bytes / GB:.1f} GB "
-            f"(peak in the {r.peak_phase}) | {'yes' if r.fits(80e9) else 'no'} |"
+            f"| {precision} / {optimizer} | {static / GiB:.1f} GiB "
+            f"({static / r.model.n_params:.1f} B/param) | {r.total_bytes / GiB:.1f} GiB "
+            f"(peak in the {r.peak_phase}) | {'yes' if r.fits(usable) else 'no'} |"
         )
+    spec = resolve_model("llama-2-7b")
+    peak = lessonkit.estimate(spec, precision="bf16-mixed", optimizer="adamw").total_bytes / GiB
+    where = "inside" if low <= peak <= high else "outside"
     print(
         "\nWhy: mixed-precision AdamW keeps fp32 weights, fp32 gradients and two fp32 states, "
-        "16 bytes per parameter = 108 GB for 6.74B parameters before any activation; "
-        "PyTorch's default (foreach) AdamW step adds one more parameter-sized temporary, so "
-        "the peak lands inside the guide's 120-160 GB. One 80 GB A100 cannot hold it without "
-        "sharding (ZeRO / FSDP over several GPUs), optimizer offload or 8-bit states; pure "
-        "bf16 training (8 B/param) fits but loses precision in the updates.\n"
+        f"16 bytes per parameter = {16 * spec.n_params / GiB:.1f} GiB for "
+        f"{spec.n_params / 1e9:.2f}B parameters before any activation; PyTorch's default "
+        "(foreach) AdamW step adds one more parameter-sized temporary, so the peak "
+        f"({peak:.1f} GiB) lands {where} the guide's range ({low:.1f}-{high:.1f} GiB). One 80 GB "
+        "A100 cannot hold it "
+        "without sharding (ZeRO / FSDP over several GPUs), optimizer offload or 8-bit states; "
+        "pure bf16 training (8 B/param) fits but loses precision in the updates.\n"
     )
 
 
 def zero3_case() -> None:
     """Full fine-tuning of a 70B model with ZeRO-3 in bf16 mixed precision, per GPU."""
-    GB = 1e9
+    name, usable = _a100()
     print("## ZeRO-3 with mixed precision: full fine-tuning of Llama-2-70B\n")
     print(
         "`zero_stage=3` with `bf16-mixed` is FSDP's mixed precision (FSDP2 "
@@ -231,17 +246,18 @@ def zero3_case() -> None:
         "weights, gradients and AdamW states, each layer gathered in bf16 and freed after use. "
         "Autocast over an fp32 FSDP model would instead keep a bf16 copy of every layer's "
         "weights until its backward, about 2 bytes per parameter on every GPU whatever their "
-        "number. Batch 1 x 512, foreach AdamW, CUDA context and allocator margin included:\n"
+        "number. Batch 1 x 512, foreach AdamW, CUDA context and allocator margin included "
+        "(GiB):\n"
     )
-    print("| GPUs | weights + gradients + states per GPU | peak per GPU | fits 80 GB |")
+    print(f"| GPUs | weights + gradients + states per GPU | peak per GPU | fits an {name} |")
     print("|---|---|---|---|")
     for n in (8, 16, 32, 64):
         r = lessonkit.estimate("llama-2-70b", n_gpus=n, zero_stage=3)
         est = r.settings["estimated"]
         static = est["weight_bytes"] + est["gradient_bytes"] + est["optimizer_bytes"]
         print(
-            f"| {n} | {static / GB:.1f} GB | {r.total_bytes / GB:.1f} GB (peak in the "
-            f"{r.peak_phase}) | {'yes' if r.fits(80e9) else 'no'} |"
+            f"| {n} | {static / GiB:.1f} GiB | {r.total_bytes / GiB:.1f} GiB (peak in the "
+            f"{r.peak_phase}) | {'yes' if r.fits(usable) else 'no'} |"
         )
     print()
 

@@ -25,6 +25,8 @@ from tests.memory.test_published_runs import (  # noqa: E402
     single_gpu,
 )
 
+GB, GiB = 10**9, 2**30
+
 
 def sentence(text: str) -> str:
     return text.rstrip(".") + "."
@@ -40,7 +42,9 @@ def main() -> None:
         "Runs whose peak memory was published with complete settings, next to the estimate "
         "with the same settings (`tests/published_runs.json`, asserted by "
         "`tests/memory/test_published_runs.py`; this section is printed by "
-        "`benchmarks/published_runs.py`). Sizes in GB (1e9 bytes), as the sources give them. "
+        "`benchmarks/published_runs.py`). Sizes in GiB (2**30 bytes); the published figure "
+        "also as the source gives it, in decimal GB (1e9 bytes), as do the sources' own notes "
+        "quoted below and in the table's last columns. "
         "*Measured* says what the source measured; the estimate's figure is its tensor peak "
         "(no CUDA context, no allocator margin), the counterpart of "
         "`torch.cuda.max_memory_allocated`. Each row in the JSON file also quotes the "
@@ -69,12 +73,16 @@ def main() -> None:
         f"| **all** | {len(rows)} | **{median_error(rows):.1%}** | "
         f"{max(abs(error(r)) for r in rows):.1%} |\n"
     )
-    print("| source | run | published | estimate | error | in target | note | explained |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| source | run | published (GiB) | as published | estimate (GiB) | error | in target "
+        "| note | explained |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in ROWS:
         print(
-            f"| {row['source']} | {row['label']} | {row['published_gb']:.2f} | "
-            f"{estimated_gb(row):.2f} | {error(row):+.1%} | "
+            f"| {row['source']} | {row['label']} | {row['published_gb'] * GB / GiB:.2f} | "
+            f"{row['published_gb']:.2f} GB | {estimated_gb(row) * GB / GiB:.2f} | "
+            f"{error(row):+.1%} | "
             f"{'yes' if row['in_target'] else 'no'} | {cell(row.get('note', ''))} | "
             f"{cell(row.get('explained', ''))} |"
         )

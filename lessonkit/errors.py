@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import numbers
 from collections.abc import Iterable
 from typing import Any
 
@@ -47,34 +48,68 @@ def unknown_name_message(value: str, allowed: Iterable[str], what: str) -> str:
     return f"Unknown {what} {short_repr(value, 80)}.{hint} Allowed: {listing}."
 
 
+def real_number(value: object) -> int | float | None:
+    """``value`` as a Python int (an integer of any kind: int, numpy's) or float (any other real
+    number: float, numpy's, Fraction; +-inf beyond a float's range); None for anything else,
+    True and False included."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    try:
+        return float(value)
+    except OverflowError:  # a Fraction beyond any float
+        return math.inf if value > 0 else -math.inf  # type: ignore[operator]
+    except (TypeError, ValueError):
+        return None
+
+
+def show_number(value: object) -> str:
+    """A number for a message: every digit that tells it apart ('1.0000001', '-1e-300'),
+    integers with separators, one too long to print described instead."""
+    number = real_number(value)
+    if isinstance(number, int):
+        return f"{number:,}" if number.bit_length() < 600 else short_repr(number)
+    if isinstance(number, float):
+        return repr(number)
+    return short_repr(value)
+
+
 def positive_int(value: object, what: str, *, maximum: int | None = None) -> int:
-    """Check that ``value`` is a whole number >= 1 (and at most ``maximum``)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or (isinstance(value, float) and (not math.isfinite(value) or value != int(value)))
+    """Check that ``value`` is a whole number >= 1 (and at most ``maximum``); numpy's integers
+    and whole floats are taken."""
+    number = real_number(value)
+    if number is None or (
+        isinstance(number, float) and (not math.isfinite(number) or number != int(number))
     ):
         raise LessonkitError(f"{what} must be a whole number >= 1, got {short_repr(value)}.")
-    value = int(value)
-    if value < 1:
-        raise LessonkitError(f"{what} must be >= 1, got {short_repr(value)}.")
-    if maximum is not None and value > maximum:
-        shown = f"{value:,}" if value.bit_length() < 600 else short_repr(value)
-        raise LessonkitError(f"{what} must be at most {maximum:,}, got {shown}.")
-    return value
+    whole = int(number)
+    if whole < 1:
+        raise LessonkitError(f"{what} must be >= 1, got {show_number(whole)}.")
+    if maximum is not None and whole > maximum:
+        raise LessonkitError(f"{what} must be at most {maximum:,}, got {show_number(whole)}.")
+    return whole
 
 
 def positive_number(
     value: object, what: str, *, maximum: float | None = None, allow_zero: bool = False
 ) -> float:
-    """Check that ``value`` is a finite number > 0 (>= 0 with allow_zero)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    """Check that ``value`` is a finite number > 0 (>= 0 with allow_zero) and at most
+    ``maximum``; numpy's numbers are taken, integers too large for a float are not."""
+    number = real_number(value)
+    if number is None or (isinstance(number, float) and not math.isfinite(number)):
         raise LessonkitError(f"{what} must be a finite number, got {short_repr(value)}.")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise LessonkitError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value}.")
-    if maximum is not None and value > maximum:
-        raise LessonkitError(f"{what} must be at most {maximum:g}, got {value:g}.")
-    return float(value)
+    shown = show_number(number)
+    if number < 0 or (number == 0 and not allow_zero):
+        raise LessonkitError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {shown}.")
+    if maximum is not None and number > maximum:
+        raise LessonkitError(f"{what} must be at most {maximum:g}, got {shown}.")
+    try:
+        return float(number)
+    except OverflowError:
+        raise LessonkitError(
+            f"{what} must be a finite number, got {shown}: too large for one."
+        ) from None
 
 
 def safe_text(value: Any, *, name: bool = False, quoted: bool = False) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import re
 
-from .errors import LessonkitError
+from .errors import LessonkitError, real_number
+from .safe_repr import short_repr
 
 GB = 10**9
 GiB = 2**30
@@ -49,36 +50,43 @@ def format_bytes(n: float, unit: str = "GB", digits: int = 1) -> str:
 
 def parse_bytes(value: object, *, default_unit: str = "GB") -> float:
     """Parse '16 GB', '15.5GiB', '16e9' or a bare number (taken in ``default_unit``)."""
-    if isinstance(value, bool):
-        raise LessonkitError(f"Expected a size such as '16 GB', got {value!r}.")
-    if isinstance(value, (int, float)):
-        number, unit = float(value), default_unit
-    elif isinstance(value, str):
+    expected = f"Expected a size such as '16 GB', got {short_repr(value)}."
+    if isinstance(value, str):
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", value)
         if not match:
-            raise LessonkitError(f"Expected a size such as '16 GB', got {value!r}.")
+            raise LessonkitError(expected)
         number, unit = float(match.group(1)), match.group(2) or default_unit
     else:
-        raise LessonkitError(f"Expected a size such as '16 GB', got {value!r}.")
+        number, unit = _float(value, expected), default_unit
     if unit.lower() not in _BYTE_UNITS:
         raise LessonkitError(
-            f"Unknown unit {unit!r} in {value!r}; use one of B, KB, MB, GB, TB, KiB, MiB, GiB, TiB."
+            f"Unknown unit {short_repr(unit)} in {short_repr(value)}; use one of B, KB, MB, GB, "
+            "TB, KiB, MiB, GiB, TiB."
         )
     return number * _BYTE_UNITS[unit.lower()]
 
 
+def _float(value: object, expected: str) -> float:
+    """A real number (numpy's too) as a float; ``expected`` is the error otherwise."""
+    number = real_number(value)
+    if number is None:
+        raise LessonkitError(expected)
+    try:
+        return float(number)
+    except OverflowError:
+        raise LessonkitError(f"{expected[:-1]}: too large for any size.") from None
+
+
 def parse_count(value: object) -> float:
     """Parse a parameter count: 7e9, '7B', '7b', '1.5B', '500M', '7 billion'."""
-    if isinstance(value, bool):
-        raise LessonkitError(f"Expected a parameter count such as '7B' or 7e9, got {value!r}.")
-    if isinstance(value, (int, float)):
-        return float(value)
+    expected = f"Expected a parameter count such as '7B' or 7e9, got {short_repr(value)}."
     if isinstance(value, str):
         text = value.strip().lower().replace("billion", "b").replace("million", "m")
         match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbt]?)", text)
         if match:
             return float(match.group(1)) * _COUNT_SUFFIXES[match.group(2)]
-    raise LessonkitError(f"Expected a parameter count such as '7B' or 7e9, got {value!r}.")
+        raise LessonkitError(expected)
+    return _float(value, expected)
 
 
 def format_hours(hours: float) -> str:

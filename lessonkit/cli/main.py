@@ -1,15 +1,21 @@
 """The ``lessonkit`` command line: ``vram``, ``check``, ``recommend`` and ``oom``.
 
 Exit codes: 0 success (for ``vram --gpu``: it fits), 1 does not fit / no usable GPU with
-``--require-gpu``, 2 bad input, 3 the output could not be written (e.g. a full disk).
+``--require-gpu``, 2 bad input, 3 the output could not be written (e.g. a full disk, or standard
+output closed). Every command ends with at most one line on standard error, never a traceback,
+whatever its standard streams are: closed, a pipe whose reader left, or an encoding that cannot
+write every character (those are written as escapes).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from ..errors import LessonkitError
 from ..units import GiB
@@ -18,11 +24,11 @@ EXIT_OK, EXIT_NO, EXIT_USAGE, EXIT_WRITE = 0, 1, 2, 3
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 too; keep its usage line short
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 too; keep its usage line short
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"lessonkit: error: {message}\n")
 
-    def print_help(self, file: object = None) -> None:
+    def print_help(self, file: Any = None) -> None:
         # argparse drops write errors of --help silently; let main() report them
         (file or sys.stdout).write(self.format_help())
 
@@ -77,8 +83,8 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision",
         default=None,
         help=f"one of {', '.join(PRECISIONS)} (default: the method's usual "
-        "precision: bf16-mixed for full, fp16-mixed on a --gpu without "
-        "native bf16; bf16 for lora and qlora)",
+        "precision, as in estimate(): bf16-mixed for full, bf16 for lora and qlora; "
+        "fp16-mixed for full on a --gpu without native bf16, said in the output)",
     )
     parser.add_argument(
         "--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default: adamw)"
@@ -168,8 +174,9 @@ def run_vram(args: argparse.Namespace) -> int:
 
     from ..errors import choose
     from ..memory.estimating import estimate
+    from ..memory.settings import usual_precision
     from ..options import METHODS
-    from ..planning.fitting import usual_precision, vram_fixes
+    from ..planning.fitting import vram_fixes
 
     targets = None if args.lora_targets is None else args.lora_targets.strip()
     if targets not in (None, "all-linear"):
@@ -181,8 +188,12 @@ def run_vram(args: argparse.Namespace) -> int:
         gpu = get_gpu(args.gpu)  # an unknown name is bad input, before any arithmetic
     method = choose(args.method, METHODS, "method")
     precision = args.precision
-    if precision is None:
-        precision = usual_precision(method, gpu.native_bf16 if gpu is not None else True)
+    note = ""
+    if precision is None:  # the method's usual precision, as estimate() takes it
+        native = bool(gpu.native_bf16) if gpu is not None else True
+        precision = usual_precision(method, native)
+        if gpu is not None and not native:
+            note = precision_note(gpu.name, method)
     settings = dict(
         method=method,
         precision=precision,
@@ -225,9 +236,12 @@ def run_vram(args: argparse.Namespace) -> int:
                 "fits": fits,
                 "fixes": [{"flags": flags, "total_bytes": fix.total_bytes} for flags, fix in fixes],
             }
+            data["gpu"]["precision_note"] = note
         print(json.dumps(data, indent=2, default=str))
         return EXIT_NO if fits is False else EXIT_OK
     print(dataclasses.replace(report, assumptions=[]))
+    if note:
+        print(f"\n{note}")
     if gpu is not None:
         need, have = report.total_bytes / GiB, gpu.usable_bytes / GiB
         verdict = "fits" if fits else "does NOT fit"
@@ -258,6 +272,20 @@ def run_vram(args: argparse.Namespace) -> int:
         print("\nAssumptions:")
         print("\n".join(f"  - {note}" for note in report.assumptions))
     return EXIT_NO if fits is False else EXIT_OK
+
+
+def precision_note(gpu_name: str, method: str) -> str:
+    """What the default precision becomes on a GPU without native bf16, in one sentence."""
+    if method == "full":
+        return (
+            f"Precision fp16-mixed: the {gpu_name} has no native bf16, so full fine-tuning runs "
+            "under fp16 autocast (the same memory as the usual bf16-mixed; --precision sets "
+            "another)."
+        )
+    return (
+        f"Precision bf16 stands for 16-bit base weights: the {gpu_name} has no native bf16, so "
+        "load the model in fp16 (torch_dtype=torch.float16), the same memory."
+    )
 
 
 CHECK_EPILOG = """exit codes:
@@ -368,7 +396,49 @@ def run_recommend(args: argparse.Namespace) -> int:
     return EXIT_OK if rec.options else EXIT_NO
 
 
+class _ClosedOutput:
+    """Standard output when the command was started with it closed (``>&-``): every write
+    fails as writing to a closed file descriptor does, and is reported once (exit 3)."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:  # nothing is ever buffered
+        pass
+
+
+def _standard_streams() -> None:
+    """Closed standard streams (started with ``<&-``, ``>&-``, ``2>&-``) get /dev/null on their
+    file descriptor, so that no file opened later takes it; standard output then fails on
+    write (``_ClosedOutput``). Output that the encoding cannot write is escaped."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None:
+            try:
+                os.fstat(fd)
+            except OSError:
+                try:
+                    null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+                    if null != fd:
+                        os.dup2(null, fd)
+                        os.close(null)
+                except OSError:
+                    pass
+    if sys.stdout is None:
+        sys.stdout = _ClosedOutput()  # type: ignore[assignment,unused-ignore]
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+
+
+def _error(text: str) -> None:
+    """One line on standard error, when there is one to write to."""
+    if sys.stderr is not None:
+        with contextlib.suppress(OSError, ValueError):
+            print(text, file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _standard_streams()
     try:
         args = build_parser().parse_args(argv)
     except BrokenPipeError:
@@ -383,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = args.handler(args)
     except LessonkitError as err:
-        print(f"lessonkit {args.command}: error: {err}", file=sys.stderr)
+        _error(f"lessonkit {args.command}: error: {err}")
         return EXIT_USAGE
     except BrokenPipeError:
         return _reader_gone()
@@ -405,19 +475,23 @@ def _flush(command: str) -> int | None:
     return None
 
 
+def _discard_output() -> None:
+    """What is still buffered would fail again at exit: send it nowhere."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no file descriptor under it
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (kept open until exit)
+
+
 def _reader_gone() -> int:
     # The reader went away (e.g. `lessonkit recommend ... | head`): stop quietly.
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _discard_output()
     return EXIT_OK
 
 
 def _write_failed(command: str, err: OSError) -> int:
-    # What is still buffered would fail again at exit: send it nowhere.
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    try:
-        print(f"{command}: error: cannot write the output: {err.strerror or err}.", file=sys.stderr)
-    except OSError:
-        pass
+    _discard_output()
+    _error(f"{command}: error: cannot write the output: {err.strerror or err}.")
     return EXIT_WRITE
 
 

@@ -1,28 +1,34 @@
 """``lessonkit oom``: the OOM doctor on the command line (planning/oom.py).
 
 The message is the argument, or is read from standard input (paste it, or pipe a log:
-``python train.py 2>&1 | lessonkit oom --model 7B``). The run's settings take the same flags as
-``lessonkit vram``. Exit codes: 0 an out-of-memory message was read and diagnosed, 1 the text is
-not an out-of-memory message it knows, 2 bad input (the run's settings could not be estimated).
+``python train.py 2>&1 | lessonkit oom --model 7B``): all of it, however long, as a stream (the
+last error wins), so that the program writing the log never finds the pipe closed. Bytes that
+are not text in the locale's encoding are read as U+FFFD. The run's settings take the same
+flags as ``lessonkit vram``. Exit codes: see OOM_EPILOG.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..errors import LessonkitError
 
 OOM_EPILOG = """exit codes:
   0  an out-of-memory message was read (and the run's fixes found where settings were given)
   1  the text is not an out-of-memory message lessonkit knows
-  2  bad input (an unknown model, GPU or setting)
+  2  bad input (an unknown model, GPU or setting; no message: standard input closed)
+  3  the output could not be written (e.g. a full disk)
 
 examples:
   lessonkit oom "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
     14.74 GiB of which 1.04 GiB is free. ..." --model llama-2-7b --method qlora --batch-size 8
   python train.py 2>&1 | lessonkit oom --model 7B --batch-size 4 --seq-len 2048"""
-MAX_STDIN = 4_000_000  # characters read from standard input
+CHUNK_BYTES = 2**20  # bytes of standard input read at a time
 
 
 def add_oom_arguments(
@@ -51,12 +57,62 @@ def add_oom_arguments(
     parser.set_defaults(handler=run_oom)
 
 
+def read_standard_input() -> Any:
+    """The last out-of-memory error of everything on standard input (an OOMMessage, or None),
+    read to its end in pieces."""
+    from ..planning.oom_messages import read_log
+
+    stream = sys.stdin
+    if stream is None:
+        raise LessonkitError(
+            "no message to read: standard input is closed. Give the message as the argument, "
+            "or pipe a log in (python train.py 2>&1 | lessonkit oom)."
+        )
+    if _is_terminal(stream):
+        print(
+            "Paste the error message or log, then press Ctrl-D (Ctrl-Z and Enter on Windows):",
+            file=sys.stderr,
+        )
+    try:
+        return read_log(_pieces(stream))
+    except OSError as err:
+        raise LessonkitError(
+            f"cannot read standard input: {err.strerror or err}. Give the message as the "
+            "argument instead."
+        ) from None
+
+
+def _pieces(stream: Any) -> Iterator[str]:
+    """Standard input to its end, in pieces of text; bytes that are not text in its encoding
+    become U+FFFD."""
+    source = getattr(stream, "buffer", None)
+    if source is None:  # a text stream without bytes under it
+        while piece := stream.read(CHUNK_BYTES):
+            yield piece
+        return
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+    except LookupError:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while chunk := source.read(CHUNK_BYTES):
+        yield decoder.decode(chunk)
+    yield decoder.decode(b"", final=True)
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def run_oom(args: argparse.Namespace) -> int:
     from ..planning.oom import oom_doctor
 
     message = args.message
     if message is None:
-        message = sys.stdin.read(MAX_STDIN)
+        message = read_standard_input()
     settings = {}
     if args.model is not None:
         targets = None if args.lora_targets is None else args.lora_targets.strip()
@@ -81,14 +137,8 @@ def run_oom(args: argparse.Namespace) -> int:
         )
         if targets is not None:
             settings["lora_targets"] = targets
-        if args.precision is not None:
+        if args.precision is not None:  # else the method's usual one, as estimate() takes it
             settings["precision"] = args.precision
-        else:  # the method's usual precision, as `lessonkit vram` takes it
-            from ..options import METHODS
-            from ..planning.fitting import usual_precision
-
-            if args.method in METHODS:
-                settings["precision"] = usual_precision(args.method)
     diagnosis = oom_doctor(message, gpu=args.gpu, **settings)
     print(json.dumps(diagnosis.to_dict(), indent=2) if args.json else diagnosis)
     if not diagnosis.recognized:

@@ -75,7 +75,7 @@ def estimate(
     model: Any,
     *,
     method: str = "full",
-    precision: str = "bf16-mixed",
+    precision: str | None = None,
     optimizer: str = "adamw",
     batch_size: int = 1,
     seq_len: int = 512,
@@ -101,8 +101,10 @@ def estimate(
     """Estimate the peak GPU memory per GPU of one training step of ``model``.
 
     ``model`` is a preset name ("llama-2-7b"), a size ("7B", 7e9), a ModelSpec or a Hugging
-    Face config dict. Returns a MemoryReport with the breakdown at the peak, the peak of each
-    phase and the assumptions made, in words.
+    Face config dict. ``precision`` defaults to the method's usual precision
+    (``settings.usual_precision``: "bf16-mixed" for full fine-tuning, "bf16" for LoRA and QLoRA),
+    as everywhere in lessonkit. Returns a MemoryReport with the breakdown at the peak, the peak
+    of each phase and the assumptions made, in words.
     """
     spec = resolve_model(model)
     s = validate_run(

@@ -48,7 +48,7 @@ def measure(
     model: Any,
     *,
     method: str = "full",
-    precision: str = "bf16-mixed",
+    precision: str | None = None,
     optimizer: str = "adamw",
     batch_size: int = 1,
     seq_len: int = 512,
@@ -73,8 +73,9 @@ def measure(
 ) -> MemoryReport:
     """Measure the peak memory per GPU of one training step of ``model`` (see the module doc).
 
-    Takes the same keyword arguments as ``estimate``; ``device="cpu"`` measures under
-    FakeTensorMode (no memory is used), ``device="cuda"`` runs the step on the GPU.
+    Takes the same keyword arguments as ``estimate`` (``precision`` defaults to the method's
+    usual precision there too); ``device="cpu"`` measures under FakeTensorMode (no memory is
+    used), ``device="cuda"`` runs the step on the GPU.
     """
     spec = resolve_model(model)
     settings = validate(

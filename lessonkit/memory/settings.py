@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..errors import LessonkitError, choose, positive_int
+from ..errors import LessonkitError, choose, positive_int, real_number
 from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec
 from ..options import (
     ATTENTION,
@@ -23,6 +23,7 @@ from ..options import (
     PRECISIONS,
     ZERO_STAGES,
 )
+from ..safe_repr import short_repr
 
 DEVICES = ("cuda", "cpu")
 MAX_BATCH = 4096
@@ -79,9 +80,18 @@ class RunSettings:
         return data
 
 
+def usual_precision(method: str, native_bf16: bool = True) -> str:
+    """The precision a method is usually run in, the default of ``precision`` everywhere (None):
+    full fine-tuning keeps fp32 weights under bf16 autocast ("bf16-mixed"; "fp16-mixed" on a GPU
+    without native bf16, the same memory); LoRA and QLoRA load the base model in bf16."""
+    if method == "full":
+        return "bf16-mixed" if native_bf16 else "fp16-mixed"
+    return "bf16"
+
+
 def _flag(value: object, what: str) -> bool:
     if not isinstance(value, bool):
-        raise LessonkitError(f"{what} must be True or False, got {value!r}.")
+        raise LessonkitError(f"{what} must be True or False, got {short_repr(value)}.")
     return value
 
 
@@ -97,17 +107,18 @@ def _targets(value: object) -> tuple[str, ...] | str | None:
         return value
     raise LessonkitError(
         f"lora_targets must be a list of module names (e.g. "
-        f"['q_proj', 'v_proj']) or 'all-linear', got {value!r}."
+        f"['q_proj', 'v_proj']) or 'all-linear', got {short_repr(value)}."
     )
 
 
 def _probability(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+    number = real_number(value)
+    if number is None or not 0 <= number < 1:
         raise LessonkitError(
             f"{what} must be a number from 0 up to (not including) 1, such as "
-            f"0.05 or 0.1, got {value!r}."
+            f"0.05 or 0.1, got {short_repr(value)}."
         )
-    return float(value)
+    return float(number)
 
 
 def _seq_len(value: object, spec: ModelSpec) -> int:
@@ -123,17 +134,22 @@ def _seq_len(value: object, spec: ModelSpec) -> int:
 def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
     """Check every argument of a run of ``spec``; raise LessonkitError saying what is allowed.
 
-    Takes the keyword arguments of estimate() (all of them). ``lora_targets`` left at its
-    default (or None) becomes the model family's peft default (``ModelSpec.default_lora_targets``).
+    Takes the keyword arguments of estimate() (all of them). ``precision`` None is the method's
+    usual one (``usual_precision``); ``lora_targets`` left at its default (or None) becomes the
+    model family's peft default (``ModelSpec.default_lora_targets``).
     """
     zero = kw["zero_stage"]
     if isinstance(zero, bool) or zero not in ZERO_STAGES:
         raise LessonkitError(
             f"zero_stage must be one of {', '.join(map(str, ZERO_STAGES))}, got {zero!r}."
         )
+    method = choose(kw["method"], METHODS, "method")
+    precision = kw.get("precision")
     s = RunSettings(
-        method=choose(kw["method"], METHODS, "method"),
-        precision=choose(kw["precision"], PRECISIONS, "precision"),
+        method=method,
+        precision=usual_precision(method)
+        if precision is None
+        else choose(precision, PRECISIONS, "precision"),
         optimizer=choose(kw["optimizer"], OPTIMIZERS, "optimizer"),
         batch_size=positive_int(kw["batch_size"], "batch_size", maximum=MAX_BATCH),
         seq_len=_seq_len(kw["seq_len"], spec),

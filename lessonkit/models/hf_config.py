@@ -10,6 +10,8 @@ where fields belong, a head count of 0 or "32") is a LessonkitError that says wh
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -54,8 +56,9 @@ def _read_file(config: str | Path) -> tuple[dict[str, Any], str]:
         if path.is_dir():
             path = path / "config.json"
             shown = short_repr(str(path), 120)
-        with path.open("rb") as file:
-            raw = file.read(MAX_CONFIG_BYTES + 1)
+        raw = _read_regular_file(path, shown)
+    except LessonkitError:
+        raise
     except FileNotFoundError:
         raise LessonkitError(f"No config.json at {shown}.") from None
     except IsADirectoryError:
@@ -89,6 +92,26 @@ def _read_file(config: str | Path) -> tuple[dict[str, Any], str]:
             "fields such as model_type and hidden_size."
         )
     return data, path.parent.name or "model"
+
+
+def _read_regular_file(path: Path, shown: str) -> bytes:
+    """The first MAX_CONFIG_BYTES + 1 bytes of ``path``, when it is a regular file: a FIFO is
+    opened without waiting for a writer and, like a device or a socket, never read."""
+    not_regular = LessonkitError(
+        f"{shown} is not a regular file (a FIFO, a device or a socket): a config.json is a "
+        "file of JSON."
+    )
+    mode = os.stat(path).st_mode
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(path)
+    if not stat.S_ISREG(mode):
+        raise not_regular
+    # checked again on what was opened, in case the path changed in between
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise not_regular
+        return file.read(MAX_CONFIG_BYTES + 1)
 
 
 def _json_kind(value: object) -> str:

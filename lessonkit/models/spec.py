@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache, lru_cache
@@ -12,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import LessonkitError, normalise_name, unknown_name_message
+from ..errors import LessonkitError, normalise_name, real_number, unknown_name_message
 from ..safe_repr import short_repr
 from ..units import parse_count
 from .hf_config import FAMILIES, hf_config_from_spec, read_hf_config, spec_fields
@@ -371,7 +372,20 @@ def get_preset(name: str) -> ModelSpec:
     if key is None:
         raise LessonkitError(unknown_name_message(name, preset_names(), "model"))
     entry = _preset_data()[key]
-    return ModelSpec(name=key, note=f"{entry['source']} (as of {entry['as_of']})", **entry["shape"])
+    note = f"{entry['source']} (as of {entry['as_of']})"
+    if normalise_name(name) != normalise_name(key):  # another name, not a spelling of this one
+        note = f"{short_repr(name.strip())} is read as the preset {key}. {note}"
+    return ModelSpec(name=key, note=note, **entry["shape"])
+
+
+_ALIAS_NOTE = re.compile(r"'[^']*' is read as the preset \S+\.")
+
+
+def alias_note(spec: ModelSpec) -> str:
+    """ "'llama-3-8b' is read as the preset llama-3.1-8b." when ``spec`` came from a name that
+    stands for another preset; "" otherwise."""
+    match = _ALIAS_NOTE.match(spec.note)
+    return match.group(0) if match else ""
 
 
 def spec_for_size(n_params: float) -> ModelSpec:
@@ -440,9 +454,10 @@ def resolve_model(model: object) -> ModelSpec:
         return ModelSpec.from_hf_config(model)
     if isinstance(model, Path):
         return ModelSpec.from_hf_config(model)
-    if isinstance(model, (int, float)) and not isinstance(model, bool):
+    size = real_number(model)  # a size: Python's or numpy's numbers
+    if size is not None:
         try:
-            return spec_for_size(float(model))
+            return spec_for_size(float(size))
         except OverflowError:  # an integer beyond any float
             return spec_for_size(math.inf)
     if isinstance(model, str):

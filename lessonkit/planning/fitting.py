@@ -26,6 +26,7 @@ from typing import Any
 from ..hardware.gpu_records import TIGHT_FRACTION as TIGHT_FRACTION
 from ..hardware.gpu_records import fit_verdict, is_tight
 from ..hardware.gpus import GPU, get_gpu, list_gpus
+from ..memory.settings import usual_precision as usual_precision  # also planning's name
 from ..models.spec import ModelSpec
 from ..units import GiB
 
@@ -129,14 +130,6 @@ class Fit:
                 else ", data parallel (each GPU holds the whole model)"
             )
         return text
-
-
-def usual_precision(method: str, native_bf16: bool = True) -> str:
-    """The precision a method is usually run in: full fine-tuning keeps fp32 weights under
-    bf16 autocast (fp16 without native bf16); LoRA and QLoRA load the base model in bf16."""
-    if method == "full":
-        return "bf16-mixed" if native_bf16 else "fp16-mixed"
-    return "bf16"
 
 
 def method_settings(method: str, native_bf16: bool = True) -> dict[str, Any]:
@@ -415,12 +408,16 @@ MIN_SEQ = 256  # a "shorter sequence" change goes down to this, and to a quarter
 
 
 def fix_candidates(
-    settings: dict, native_bf16: bool = True, more: bool = False
-) -> list[list[dict]]:
+    settings: dict[str, Any],
+    native_bf16: bool = True,
+    more: bool = False,
+    one_device: bool = False,
+) -> list[list[dict[str, Any]]]:
     """Groups of changes to a run, least disruptive first; each group gives at most one fix.
     ``native_bf16`` is False for GPUs that only emulate bf16 (T4, V100): fp16 is usual there.
     ``more`` adds changes that alter what is trained or slow each step down: a shorter
-    sequence (after a smaller micro-batch) and optimizer offload (before more GPUs)."""
+    sequence (after a smaller micro-batch) and optimizer offload (before more GPUs).
+    ``one_device``: no more GPUs and no DeepSpeed (a Mac's GPU, MPS)."""
     ckpt = {"gradient_checkpointing": True}
     batch, accum = settings["batch_size"], settings["gradient_accumulation"]
     smaller = []
@@ -464,32 +461,33 @@ def fix_candidates(
                 switch | ckpt | {"batch_size": 1, "gradient_accumulation": accum * batch},
             ]
         )
-    if more and not settings.get("offload_optimizer"):
+    if more and not settings.get("offload_optimizer") and not one_device:
         offload = {"zero_stage": max(2, settings.get("zero_stage", 0)), "offload_optimizer": True}
         if settings.get("no_sync") and offload["zero_stage"] == 2:
             offload["no_sync"] = False  # ZeRO-2 refuses it
         groups.append([offload, offload | ckpt])
-    if settings["method"] != "qlora" and settings["n_gpus"] == 1:
+    if settings["method"] != "qlora" and settings["n_gpus"] == 1 and not one_device:
         groups.append([{"n_gpus": n, "zero_stage": 3} for n in (2, 4, 8)])
     return groups
 
 
 def fit_changes(
     model: Any,
-    settings: dict,
+    settings: dict[str, Any],
     usable_bytes: float,
     limit: int = 2,
     native_bf16: bool = True,
     more: bool = False,
-) -> list[tuple[dict, Any]]:
+    one_device: bool = False,
+) -> list[tuple[dict[str, Any], Any]]:
     """Up to ``limit`` changes to a run that make it fit in ``usable_bytes``, cheapest first,
     as (changed estimate() keywords, MemoryReport) pairs; a change that only adds to one
-    already found is left out. ``more``: see ``fix_candidates``."""
+    already found is left out. ``more`` and ``one_device``: see ``fix_candidates``."""
     from ..errors import LessonkitError
     from ..memory.estimating import estimate
 
-    found: list[tuple[dict, Any]] = []
-    for group in fix_candidates(settings, native_bf16, more):
+    found: list[tuple[dict[str, Any], Any]] = []
+    for group in fix_candidates(settings, native_bf16, more, one_device):
         for change in group:
             change = {k: v for k, v in change.items() if settings.get(k) != v}
             if not change or any(kept.items() <= change.items() for kept, _ in found):

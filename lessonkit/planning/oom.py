@@ -1,25 +1,28 @@
 """The OOM doctor: an out-of-memory error turned into the cheapest changes that make the run fit.
 
-``oom_doctor(error, model, **settings)`` reads the error (planning/oom_messages.py), works out how much
-memory the run could have had on that GPU (its free memory plus what this process held), reads
-the run from its settings or objects (planning/training_objects.py), and answers with a ``Diagnosis``:
+``oom_doctor(error, model, **settings)`` reads the error (planning/oom_messages.py, a log of any
+length through planning/oom_logs.py), works out how much memory the run could have had on that
+GPU (its free memory plus what this process held), reads the run from its settings or objects
+(planning/training_objects.py), and answers with a ``Diagnosis``:
 what the message shows (fragmentation, another process holding memory, a run larger than its
 settings say) and the ranked changes that make the estimate fit, each with its new peak
 (``fitting.fit_changes``, the same search ``lessonkit vram --gpu`` uses). It never raises: a
 message it cannot read, or settings it cannot estimate, are said so in the diagnosis.
 
 ``oom_doctor.watch(...)`` is a context manager for notebooks: an out-of-memory error inside it
-prints the diagnosis, then propagates unchanged.
+prints the diagnosis, then propagates: the very same exception, whatever happens while the
+diagnosis is made or printed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
+from ..safe_repr import describe_error
 from ..units import GiB
 from .oom_messages import WORDINGS, OOMMessage, parse_oom
 
@@ -37,9 +40,30 @@ NOT_OOM = (
 )
 
 
+# What each figure of a message is, for saying which could not be read.
+FIGURE_WORDS = {
+    "tried_bytes": "the size it tried to allocate",
+    "device": "the GPU's number",
+    "total_bytes": "the memory of the device",
+    "free_bytes": "the free memory",
+    "process_bytes": "this process's memory",
+    "allocated_bytes": "the memory allocated by PyTorch",
+    "reserved_bytes": "the memory reserved by PyTorch",
+    "private_pool_bytes": "the private pools' memory",
+    "other_processes": "another process's memory or id",
+    "mps_other_bytes": "the other allocations",
+    "last_batch_size": "the last batch size tried",
+}
+
+
 def gib(n: float) -> str:
-    """Device memory as PyTorch's messages write it: MiB under 1 GiB, else GiB."""
-    return f"{n / 2**20:,.0f} MiB" if abs(n) < GiB else f"{n / GiB:,.2f} GiB"
+    """Device memory as PyTorch's messages write it: bytes, KiB, MiB under 1 GiB, else GiB."""
+    size = abs(n)
+    if size < 2**10:
+        return f"{n:,.0f} bytes"
+    if size < 2**20:
+        return f"{n / 2**10:,.0f} KiB"
+    return f"{n / 2**20:,.0f} MiB" if size < GiB else f"{n / GiB:,.2f} GiB"
 
 
 @dataclass
@@ -82,10 +106,26 @@ class Diagnosis:
         return self.fixes[0] if self.fixes else None
 
     def __str__(self) -> str:
+        try:
+            return self._text()
+        except Exception as err:  # a bug here must not hide the user's own error
+            return (
+                "Out of memory, by the look of the message; the doctor could not say more "
+                f"({describe_error(err)})."
+            )
+
+    def _text(self) -> str:
         if not self.recognized:
             return "\n".join([NOT_OOM, *self.problems])
         m = self.message
         lines = [_headline(m)]
+        if m is not None and m.unreadable:
+            lines.append(
+                "  ! The message's figure for "
+                + ", ".join(FIGURE_WORDS.get(name, name) for name in m.unreadable)
+                + " could not be read (a number too large to be one); the rest is read "
+                "without it."
+            )
         if self.findings:
             lines += ["What the message and the estimate show:"]
             lines += [f"  - {f}" for f in self.findings]
@@ -126,7 +166,9 @@ class Diagnosis:
         }
 
 
-def _headline(m: OOMMessage) -> str:
+def _headline(m: OOMMessage | None) -> str:
+    if m is None:
+        return "Out of memory (the message itself could not be read)."
     gpu = "the GPU" if m.device is None else f"GPU {m.device}"
     where = {"mps": "the Mac's GPU (MPS)", "cpu": "the computer's RAM"}.get(
         m.backend, f"{gpu} ({m.backend.upper()})"
@@ -217,7 +259,7 @@ def _message_fixes(m: OOMMessage, d: Diagnosis, others: int | None) -> tuple[lis
                 last.append(fix)
     if others is not None and others >= max(share, MIN_LARGE):
         listed = ", ".join(
-            f"process {pid}: {gib(b)}"
+            f"process {'?' if pid is None else pid}: {gib(b)}"
             for pid, b in m.other_processes
             if b < (m.process_bytes or 0) or m.process_bytes is None
         )
@@ -370,6 +412,10 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
         d.problems.append(f"Could not estimate the run: {err}")
         return []
     d.report = report
+    from ..models.spec import alias_note
+
+    if alias_note(report.model):
+        d.notes.insert(0, alias_note(report.model))
     full = {
         k: report.settings[k]
         for k in (
@@ -391,14 +437,15 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
     run = f"{report.model.name}, {report._settings_line()}"
     if budget is None:
         d.findings.append(
-            f"The estimate of your run ({run}) is {gib(peak)} per GPU. Give gpu= (e.g. 'T4') for changes that fit."
+            f"The estimate of your run ({run}) is {gib(peak)} per GPU. Give gpu= (e.g. 'T4') "
+            "for changes that fit."
         )
         return []
     target = budget
     if peak > budget:
         d.findings.append(
-            f"The estimate of your run ({run}) is {gib(peak)} per GPU, {gib(peak - budget)} more than the "
-            f"{gib(budget)} it could have here."
+            f"The estimate of your run ({run}) is {gib(peak)} per GPU, {gib(peak - budget)} "
+            f"more than the {gib(budget)} it could have here."
         )
     else:
         held = m.process_bytes if m.process_bytes is not None else _this_process(m)[0]
@@ -424,6 +471,8 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
             return []
     if target <= 0:
         return []
+    # A Mac has one GPU, and neither NCCL (FSDP's several GPUs) nor DeepSpeed runs on MPS.
+    mps = m.backend == "mps"
     found = fit_changes(
         description.model,
         full,
@@ -431,19 +480,27 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
         limit=MORE_FIXES,
         native_bf16=_native_bf16(m, gpu),
         more=True,
+        one_device=mps,
     )
     if not found:
         d.problems.append(
             "No single change tried makes it fit on this GPU (checkpointing, "
-            "a smaller batch, an 8-bit optimizer, shorter sequences, LoRA/QLoRA, "
-            "offload, more GPUs): `lessonkit recommend` ranks GPUs that do."
+            "a smaller batch, an 8-bit optimizer, shorter sequences, LoRA/QLoRA"
+            + ("): a Mac with more memory, or a rented" if mps else ", offload, more GPUs): ")
+            + (" GPU, is the next step" if mps else "`lessonkit recommend` ranks GPUs that do")
+            + (" (`lessonkit recommend` ranks them)." if mps else ".")
         )
     return [_fix_from_change(change, rep, target) for change, rep in found]
 
 
 # ----- the doctor ------------------------------------------------------------------------------
-def _diagnose(error: Any, objects: tuple, model: Any, gpu: Any, settings: dict) -> Diagnosis:
-    message = parse_oom(error)
+def _diagnose(
+    message: OOMMessage | None,
+    objects: tuple[Any, ...],
+    model: Any,
+    gpu: Any,
+    settings: dict[str, Any],
+) -> Diagnosis:
     if message is None:
         return Diagnosis(False)
     d = Diagnosis(True, message)
@@ -518,34 +575,64 @@ def oom_doctor(
     ``gpu``: a catalog GPU name, for messages without the card's size. Never raises.
     """
     try:
-        return _diagnose(error_or_message, objects, model, gpu, run_settings)
+        message = parse_oom(error_or_message)
+    except Exception as err:  # a bug in the reading: say so, never raise
+        d = Diagnosis(False)
+        d.problems.append(f"The doctor could not read the message ({describe_error(err)}).")
+        return d
+    try:
+        return _diagnose(message, objects, model, gpu, run_settings)
     except Exception as err:  # a bug must not hide the user's own error
-        d = Diagnosis(parse_oom(error_or_message) is not None)
-        d.problems.append(
-            f"The doctor failed ({type(err).__name__}: {err}); the error itself is above."
-        )
+        d = Diagnosis(message is not None, message)
+        d.problems.append(f"The doctor failed ({describe_error(err)}); the error itself is above.")
         return d
 
 
-@contextlib.contextmanager
+class _Watch(contextlib.ContextDecorator):
+    """The context manager ``watch`` returns (see there)."""
+
+    def __init__(
+        self, objects: tuple[Any, ...], model: Any, gpu: Any, file: Any, settings: dict[str, Any]
+    ) -> None:
+        self.objects, self.model, self.gpu = objects, model, gpu
+        self.file, self.settings = file, settings
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> Literal[False]:
+        if isinstance(error, Exception):
+            with contextlib.suppress(Exception):  # nothing here may replace the user's error
+                self._report(error)
+        return False  # the error, if any, goes on as it was: the same object, untouched
+
+    def _report(self, error: Exception) -> None:
+        diagnosis = oom_doctor(
+            error, *self.objects, model=self.model, gpu=self.gpu, **self.settings
+        )
+        if not diagnosis.recognized:
+            return
+        print(
+            f"lessonkit.oom_doctor:\n{diagnosis}\n(In a notebook the failed step's "
+            "tensors stay referenced by this traceback: restart the kernel before the "
+            "next try.)",
+            file=self.file or sys.stdout,
+        )
+
+
 def watch(
     *objects: Any, model: Any = None, gpu: Any = None, file: Any = None, **run_settings: Any
-) -> Iterator[None]:
+) -> contextlib.ContextDecorator:
     """``with oom_doctor.watch(trainer): trainer.train()``: an out-of-memory error inside prints
-    the diagnosis (to ``file``, default stdout) and then propagates unchanged; any other error
-    passes untouched."""
-    try:
-        yield
-    except Exception as exc:
-        if parse_oom(exc) is not None:
-            diagnosis = oom_doctor(exc, *objects, model=model, gpu=gpu, **run_settings)
-            print(
-                f"lessonkit.oom_doctor:\n{diagnosis}\n(In a notebook the failed step's "
-                "tensors stay referenced by this traceback: restart the kernel before the "
-                "next try.)",
-                file=file or sys.stdout,
-            )
-        raise
+    the diagnosis (to ``file``, default stdout) and then propagates, the very same exception
+    object, whatever happens while the diagnosis is made or printed; any other error passes
+    untouched."""
+    return _Watch(objects, model, gpu, file, run_settings)
 
 
 oom_doctor.watch = watch  # type: ignore[attr-defined]

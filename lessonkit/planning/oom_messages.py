@@ -21,16 +21,23 @@ none. The wordings (from PyTorch's c10/cuda/CUDACachingAllocator.cpp and its MPS
   CUBLAS_STATUS_ALLOC_FAILED, and accelerate's "No executable batch size found, reached zero."
   (Trainer(auto_find_batch_size=True) after halving the batch down to nothing).
 Sizes are printed by PyTorch's format_size in binary units (KiB, MiB, GiB; the MPS allocator
-writes KB, MB, GB for the same binary units).
+writes KB, MB, GB for the same binary units). A figure too large to be one (more digits than
+any memory size, a GPU number or process id) is left out and named in ``OOMMessage.unreadable``.
+A log of any length is read as a stream by planning/oom_logs.py.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_TEXT = 2_000_000  # characters of a log read (its end, where the last error is)
+from .oom_logs import LogFindings, OOMLogReader
+
+BODY_WORDS = 4000  # characters of an error's text read, its spaces folded
+MAX_DIGITS = 20  # a size with more digits before its point is no memory size: unreadable
+MAX_BYTES = 2**70  # nor is one above this (a zebibyte)
 _UNITS = {
     "bytes": 1,
     "b": 1,
@@ -43,14 +50,11 @@ _UNITS = {
     "gb": 2**30,
     "tb": 2**40,
 }
-_SIZE = r"(\d+(?:\.\d+)?)\s?(bytes|[KMGT]i?B)\b"
-_ANCHOR = re.compile(
-    r"(CUDA|HIP|XPU) out of memory|MPS backend out of memory|CUDA error: out of memory|"
-    r"CUBLAS_STATUS_ALLOC_FAILED|No executable batch size found, reached zero|"
-    r"DefaultCPUAllocator: can't allocate memory|OutOfMemoryError",
-    re.I,
-)
-_RANK_PREFIX = re.compile(r"^(?:\s*\[[A-Za-z]*\d*\]:)+", re.M)  # torchrun's "[rank0]: "
+# A size starts where no digit or point precedes it, so that a run of digits is tried once.
+_SIZE = r"(?<![\d.])(\d+(?:\.\d+)?)\s?(bytes|[KMGT]i?B)\b"
+# torchrun's "[rank0]: " at the start of a line, repeated ("[default0]:[rank0]: "); spaces and
+# tabs only, never a newline, so that each line start is tried once.
+_RANK_PREFIX = re.compile(r"^[ \t]*(?:\[[A-Za-z]*\d*\]:[ \t]*)+", re.M)
 
 
 @dataclass
@@ -68,11 +72,12 @@ class OOMMessage:
     allocated_bytes: int | None = None  # allocated by PyTorch (tensors)
     reserved_bytes: int | None = None  # reserved by PyTorch's caching allocator
     private_pool_bytes: int | None = None  # CUDA graphs' pools (newer wording)
-    other_processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, bytes)
+    other_processes: list[tuple[int | None, int]] = field(default_factory=list)  # (pid, bytes)
     alloc_conf_hint: str | None = None  # what the message suggests setting
     mps_other_bytes: int | None = None
     wrapped_by: list[str] = field(default_factory=list)  # Trainer, torchrun, ...
     last_batch_size: int | None = None  # auto_find_batch_size's last try
+    unreadable: list[str] = field(default_factory=list)  # figures in the text that were not read
 
     @property
     def reserved_unallocated_bytes(self) -> int | None:
@@ -104,7 +109,8 @@ class OOMMessage:
             "wrapped_by",
             "last_batch_size",
         )
-        data = {name: getattr(self, name) for name in names}
+        data: dict[str, Any] = {name: getattr(self, name) for name in names}
+        data["unreadable"] = list(self.unreadable)
         data["reserved_unallocated_bytes"] = self.reserved_unallocated_bytes
         data["other_processes"] = [list(p) for p in self.other_processes]
         return data
@@ -122,19 +128,42 @@ WORDINGS = {
 }
 
 
-def _size(number: str, unit: str) -> int:
-    return int(round(float(number) * _UNITS[unit.lower()]))
+def whole_number(digits: str, max_digits: int) -> int | None:
+    """The number a run of digits writes, or None when it has more than ``max_digits``."""
+    return int(digits) if len(digits) <= max_digits else None
 
 
-def _find(pattern: str, text: str) -> int | None:
+def _size(number: str, unit: str) -> int | None:
+    """Bytes of a figure such as ('2.5', 'GiB'); None when it is too large to be a size."""
+    whole = number.split(".")[0]
+    if len(whole) > MAX_DIGITS:
+        return None
+    value = round(float(number) * _UNITS[unit.lower()])
+    return value if value < MAX_BYTES else None
+
+
+def _value(msg: OOMMessage, name: str, pattern: str, text: str) -> int | None:
+    """The size in the first match of ``pattern`` (SIZE marks it), in bytes; a size that
+    cannot be read is None, and named (``name``) in ``msg.unreadable``."""
     match = re.search(pattern.replace("SIZE", _SIZE), text)
-    return None if match is None else _size(match.group(1), match.group(2))
+    if match is None:
+        return None
+    value = _size(match.group(1), match.group(2))
+    if value is None and name not in msg.unreadable:
+        msg.unreadable.append(name)
+    return value
+
+
+def _find(msg: OOMMessage, name: str, pattern: str, text: str) -> None:
+    """Set the figure ``name`` of ``msg`` from the first match of ``pattern`` (see _value)."""
+    setattr(msg, name, _value(msg, name, pattern, text))
 
 
 def exception_text(error: Any) -> str:
     """The text of an exception and the ones it was raised from (type name and message), or of
     anything else as str(); never raises."""
-    parts, seen = [], set()
+    parts: list[str] = []
+    seen: set[int] = set()
     while isinstance(error, BaseException) and id(error) not in seen and len(parts) < 6:
         seen.add(id(error))
         try:
@@ -153,35 +182,48 @@ def exception_text(error: Any) -> str:
 
 
 def parse_oom(error: Any) -> OOMMessage | None:
-    """The last out-of-memory error in ``error`` (an exception, a message, a log), or None."""
+    """The last out-of-memory error in ``error`` (an exception, a message, a log of any length,
+    or an OOMMessage already read), or None."""
+    if isinstance(error, OOMMessage):
+        return error
     text = exception_text(error)
     if not isinstance(text, str) or not text:
         return None
-    text = text[-MAX_TEXT:]
-    plain = _RANK_PREFIX.sub(" ", text)
-    anchors = list(_ANCHOR.finditer(plain))
-    if not anchors:
+    reader = OOMLogReader()
+    reader.feed_text(text)
+    return from_log(reader.close())
+
+
+def read_log(pieces: Iterable[str]) -> OOMMessage | None:
+    """The last out-of-memory error of a log given in pieces of text (e.g. read from a pipe)."""
+    reader = OOMLogReader()
+    for piece in pieces:
+        reader.feed(piece)
+    return from_log(reader.close())
+
+
+def from_log(found: LogFindings | None) -> OOMMessage | None:
+    """The OOMMessage of what a log reader found (planning/oom_logs.py), or None."""
+    if found is None:
         return None
-    # the last error that names its kind; a bare "OutOfMemoryError" only when none does
-    named = [a for a in anchors if a.group(0).lower() != "outofmemoryerror"]
-    start = (named or anchors)[-1].start()
-    body = " ".join(plain[start : start + 4000].split())
-    found = _read(body)
-    found.wrapped_by = _wrappers(text)
-    tries = re.findall(r"Decreasing batch size to:? (\d+)", text)
-    if tries:
-        found.last_batch_size = int(tries[-1])
-    return found
+    plain = _RANK_PREFIX.sub(" ", found.body)
+    message = _read(" ".join(plain[:BODY_WORDS].split()))
+    message.wrapped_by = list(found.wrapped_by)
+    if found.batch_tried:
+        message.last_batch_size = found.last_batch_size
+        if found.last_batch_size is None:
+            message.unreadable.append("last_batch_size")
+    return message
 
 
 def _read(body: str) -> OOMMessage:
     lower = body.lower()
     if lower.startswith("mps backend out of memory"):
         msg = OOMMessage("mps", "mps", body[:600])
-        msg.allocated_bytes = _find(r"MPS allocated: SIZE", body)
-        msg.mps_other_bytes = _find(r"other allocations: SIZE", body)
-        msg.total_bytes = _find(r"max allowed: SIZE", body)
-        msg.tried_bytes = _find(r"Tried to allocate SIZE", body)
+        _find(msg, "allocated_bytes", r"MPS allocated: SIZE", body)
+        _find(msg, "mps_other_bytes", r"other allocations: SIZE", body)
+        _find(msg, "total_bytes", r"max allowed: SIZE", body)
+        _find(msg, "tried_bytes", r"Tried to allocate SIZE", body)
         if "PYTORCH_MPS_HIGH_WATERMARK_RATIO" in body:
             msg.alloc_conf_hint = "PYTORCH_MPS_HIGH_WATERMARK_RATIO"
         return msg
@@ -189,8 +231,7 @@ def _read(body: str) -> OOMMessage:
         return OOMMessage("cuda", "batch-search", body[:200])
     if lower.startswith("defaultcpuallocator"):
         msg = OOMMessage("cpu", "cpu", body[:300])
-        tried = re.search(r"you tried to allocate (\d+) bytes", body)
-        msg.tried_bytes = int(tried.group(1)) if tried else None
+        _find(msg, "tried_bytes", r"you tried to allocate SIZE", body)
         return msg
     if lower.startswith("cuda error: out of memory"):
         return OOMMessage("cuda", "driver", body[:200])
@@ -200,45 +241,43 @@ def _read(body: str) -> OOMMessage:
     backend = backend_match.group(1).lower() if backend_match else "cuda"
     end = body.find("See documentation")
     msg = OOMMessage(backend, "bare", body[: end if end > 0 else 1200].strip())
-    msg.tried_bytes = _find(r"Tried to allocate SIZE", body)
+    _find(msg, "tried_bytes", r"Tried to allocate SIZE", body)
     device = re.search(r"\bGPU (\d+)", body)
-    msg.device = int(device.group(1)) if device else None
+    if device:
+        msg.device = whole_number(device.group(1), 6)
+        if msg.device is None:
+            msg.unreadable.append("device")
     if re.search(r"has a total capac", body):
         msg.wording = "pytorch-2.1+"
-        msg.total_bytes = _find(r"total capac(?:i)?ty of SIZE", body)
-        msg.free_bytes = _find(r"of which SIZE is free", body)
-        msg.process_bytes = _find(r"this process has SIZE memory in use", body)
-        msg.other_processes = [
-            (int(pid), _size(n, u))
-            for pid, n, u in re.findall(r"Process (\d+) has " + _SIZE + r" memory in use", body)
-        ]
-        msg.allocated_bytes = _find(r"Of the allocated memory SIZE is allocated by PyTorch", body)
-        msg.private_pool_bytes = _find(r"with SIZE allocated in private pools", body)
-        unallocated = _find(r"SIZE is reserved by PyTorch but unallocated", body)
+        _find(msg, "total_bytes", r"total capac(?:i)?ty of SIZE", body)
+        _find(msg, "free_bytes", r"of which SIZE is free", body)
+        _find(msg, "process_bytes", r"this process has SIZE memory in use", body)
+        for pid, number, unit in re.findall(
+            r"Process (\d+) has " + _SIZE + r" memory in use", body
+        ):
+            held = _size(number, unit)
+            if held is None or whole_number(pid, 12) is None:
+                msg.unreadable.append("other_processes")
+            if held is not None:
+                msg.other_processes.append((whole_number(pid, 12), held))
+        _find(msg, "allocated_bytes", r"Of the allocated memory SIZE is allocated by PyTorch", body)
+        _find(msg, "private_pool_bytes", r"with SIZE allocated in private pools", body)
+        unallocated = _value(
+            msg, "reserved_bytes", r"SIZE is reserved by PyTorch but unallocated", body
+        )
         if msg.allocated_bytes is not None and unallocated is not None:
             msg.reserved_bytes = msg.allocated_bytes + unallocated
     elif re.search(r"total capacity;", body):
         msg.wording = "pytorch-2.0-"
-        msg.total_bytes = _find(r"SIZE total capacity", body)
-        msg.allocated_bytes = _find(r"SIZE already allocated", body)
-        msg.free_bytes = _find(r"SIZE free;", body)
-        msg.reserved_bytes = _find(r"SIZE reserved in total by PyTorch", body)
-        if msg.reserved_bytes is None:
-            msg.reserved_bytes = _find(r"SIZE cached\)", body)  # PyTorch 1.3 and earlier
+        _find(msg, "total_bytes", r"SIZE total capacity", body)
+        _find(msg, "allocated_bytes", r"SIZE already allocated", body)
+        _find(msg, "free_bytes", r"SIZE free;", body)
+        _find(msg, "reserved_bytes", r"SIZE reserved in total by PyTorch", body)
+        if msg.reserved_bytes is None and "reserved_bytes" not in msg.unreadable:
+            _find(msg, "reserved_bytes", r"SIZE cached\)", body)  # PyTorch 1.3 and earlier
     hint = re.search(r"(PYTORCH_(?:CUDA_|HIP_)?ALLOC_CONF=[\w:.]+)", body)
     if hint:
         msg.alloc_conf_hint = hint.group(1)
     elif "max_split_size_mb" in body:
         msg.alloc_conf_hint = "max_split_size_mb"
     return msg
-
-
-def _wrappers(text: str) -> list[str]:
-    found = []
-    if re.search(r"transformers[/\\]trainer\.py|_inner_training_loop|Trainer\.train\b", text):
-        found.append("Trainer")
-    if re.search(r"No executable batch size found|find_executable_batch_size", text):
-        found.append("auto_find_batch_size")
-    if re.search(r"\[rank\d+\]:|ChildFailedError", text):
-        found.append("torchrun")
-    return found

@@ -26,12 +26,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import LessonkitError, choose, normalise_name, positive_int, positive_number
+from ..errors import (
+    LessonkitError,
+    choose,
+    normalise_name,
+    positive_int,
+    positive_number,
+    real_number,
+)
 from ..hardware.environments import TIERS, Environment, get_environment, list_environments
 from ..hardware.gpu_records import is_tight, used_text
 from ..memory.settings import MAX_BATCH, MAX_SEQ
-from ..models.spec import ModelSpec, resolve_model
+from ..models.spec import ModelSpec, alias_note, resolve_model
 from ..options import METHODS
+from ..safe_repr import short_repr
 from ..units import GiB, format_hours, parse_count
 from .fitting import (
     DEFAULT_BATCH,
@@ -282,7 +290,7 @@ def parse_budget(budget: Any) -> float | None:
         if not match:
             raise LessonkitError(
                 f"budget must be dollars per hour (e.g. 2.5 or '$2/h') or one of "
-                f"{', '.join(BUDGET_WORDS)}; got {budget!r}."
+                f"{', '.join(BUDGET_WORDS)}; got {short_repr(budget)}."
             )
         budget = parse_count(match.group(2)) * (-1 if match.group(1) else 1)
     return positive_number(budget, "budget (dollars per hour)", allow_zero=True)
@@ -296,7 +304,8 @@ def parse_tokens(tokens: Any) -> float | None:
         value = parse_count(tokens)
     except LessonkitError:
         raise LessonkitError(
-            f"tokens must be a number of training tokens such as 5e7 or '50M', got {tokens!r}."
+            f"tokens must be a number of training tokens such as 5e7 or '50M', got "
+            f"{short_repr(tokens)}."
         ) from None
     return positive_number(value, "tokens", maximum=MAX_TOKENS)
 
@@ -306,8 +315,8 @@ def platform_environments(platform: Any) -> tuple[list[Environment], bool]:
     envs = list_environments()
     if platform is None:
         chosen = envs
-    elif isinstance(platform, int) and not isinstance(platform, bool) and platform in TIERS:
-        chosen = [e for e in envs if e.tier == platform]
+    elif isinstance(real_number(platform), int) and real_number(platform) in TIERS:
+        chosen = [e for e in envs if e.tier == real_number(platform)]
     elif isinstance(platform, str) and normalise_name(platform).removeprefix("tier") in {
         normalise_name(n) for n in TIERS.values()
     } | {str(t) for t in TIERS}:
@@ -371,7 +380,7 @@ def recommend(
         None if platform is None else str(platform),
         n_tokens,
         mfu,
-        assumptions=assumptions(),
+        assumptions=[note for note in (alias_note(spec),) if note] + assumptions(),
     )
 
     def count(why: str) -> None:

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .fitting import usual_precision
+from ..errors import real_number
+from ..memory.settings import usual_precision
+from ..safe_repr import describe_error, short_repr
 
 # TrainingArguments.optim (transformers OptimizerNames) -> estimate()'s optimizer; what is not
 # listed is reported as not modelled and the default is kept.
@@ -334,6 +336,25 @@ class _Reader:
 def describe_run(*objects: Any, model: Any = None, **settings: Any) -> RunDescription:
     """Read a run from objects (see the module doc); ``model`` and keyword ``settings`` win over
     what the objects say. Never raises: what cannot be read is noted."""
+    try:
+        return _describe(objects, model, settings)
+    except Exception as err:  # objects whose attributes misbehave in ways not foreseen
+        return RunDescription(
+            model=model,
+            settings=dict(settings),
+            notes=[
+                f"Could not read the objects given ({describe_error(err)}); only model= "
+                "and the keyword settings are used."
+            ],
+        )
+
+
+def _more_than_one(value: Any) -> bool:
+    number = real_number(value)
+    return number is not None and number > 1
+
+
+def _describe(objects: tuple[Any, ...], model: Any, settings: dict[str, Any]) -> RunDescription:
     reader = _Reader()
     for obj in (*objects, model):
         try:
@@ -348,10 +369,10 @@ def describe_run(*objects: Any, model: Any = None, **settings: Any) -> RunDescri
     if (
         reader.facts.get("fsdp_no_sync")
         and derived.get("zero_stage") == 3
-        and (derived.get("gradient_accumulation") or 1) > 1
+        and _more_than_one(derived.get("gradient_accumulation"))
         and "no_sync" not in settings
     ):
-        if (derived.get("n_gpus") or 1) > 1:
+        if _more_than_one(derived.get("n_gpus")):
             derived["no_sync"] = True
             reader.note(
                 "FSDP with gradient accumulation: the Trainer reduces gradients on the "
@@ -376,11 +397,12 @@ def describe_run(*objects: Any, model: Any = None, **settings: Any) -> RunDescri
             value = derived.pop(name)
             if name in _DERIVED:
                 out.notes.append(
-                    f"{name}={value!r} is not modelled by this version of the estimate; left out."
+                    f"{name}={short_repr(value)} is not modelled by this version of the "
+                    "estimate; left out."
                 )
             else:
                 out.notes.append(
-                    f"Unknown setting {name!r} left out (estimate() takes "
+                    f"Unknown setting {short_repr(name)} left out (estimate() takes "
                     f"{', '.join(sorted(known))})."
                 )
     out.settings = derived

@@ -4,7 +4,7 @@ For notebook 1 (the VRAM explorer and the memory timeline) and notebook 4 (the d
 control as a student would, and check that the readout and the chart changed and that no cell
 shows an error. JupyterLab serves the course as ``make course`` does (notebooks/ and exercises/
 side by side at its root), and an exercise notebook is opened from its file browser.
-Screenshots go to artifacts/screenshots/.
+Screenshots go to $TMPDIR/lessonkit-screenshots/ (LESSONKIT_SCREENSHOTS=folder to choose).
 
     MPLBACKEND=Agg .venv/bin/python -m pytest -m browser     # or: make test (runs everything)
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import statistics
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +27,10 @@ from browser import lab  # tests/browser/lab.py
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+# Outside the repository, as everything a test writes; LESSONKIT_SCREENSHOTS picks the folder.
+SCREENSHOTS = Path(
+    os.environ.get("LESSONKIT_SCREENSHOTS") or Path(tempfile.gettempdir()) / "lessonkit-screenshots"
+)
 NOTEBOOKS = ("notebooks/01_vram_equation.ipynb", "notebooks/04_hardware_decision_flow.ipynb")
 EXERCISE = "01_vram_equation.ipynb"
 VIEWPORT = {"width": 1400, "height": 1000}

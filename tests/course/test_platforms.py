@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from repository import source_copy  # tests/repository.py
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "platforms"))
@@ -56,13 +57,14 @@ def test_colab_ships_ipywidgets_7_and_kaggle_8():
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    source = source_copy(tmp_path_factory.mktemp("source"))  # not in place: no build/ there
     build = subprocess.run(
         [
             sys.executable,
             "-m",
             "pip",
             "wheel",
-            str(ROOT),
+            str(source),
             "--no-deps",
             "--no-build-isolation",
             "-w",

@@ -156,13 +156,15 @@ def test_dashboards_run_and_show_live_explorers(number, tmp_path):
     assert len(views) == sum(bool(present.EXPLORER_CALL.search(c.source)) for c in nb.cells)
 
 
-def test_the_voila_command_serves_the_dashboard():
-    result = run_tool("voila", "01", "--print-only", "--port", "8899", "--no-browser")
-    assert result.returncode == 0
-    command = result.stdout.strip().split()
-    assert command[1:3] == ["-m", "voila"] and command[3].endswith(
-        "artifacts/presenter/01_vram_equation.ipynb"
-    )
+def test_the_voila_command_serves_the_dashboard(tmp_path, monkeypatch, capsys):
+    write = present.write_dashboard
+    monkeypatch.setattr(present, "write_dashboard", lambda path: write(path, tmp_path))
+    assert present.main(["voila", "01", "--print-only", "--port", "8899", "--no-browser"]) == 0
+    command = capsys.readouterr().out.strip().split()
+    assert command[1:3] == ["-m", "voila"]
+    assert command[3] == str(tmp_path / "01_vram_equation.ipynb")
+    assert (tmp_path / "01_vram_equation.ipynb").is_file()
+    assert present.DASHBOARDS == ROOT / "artifacts" / "presenter"  # where `make voila` writes
     assert "--port=8899" in command and "--no-browser" in command
     assert importlib.util.find_spec("voila") is not None
 

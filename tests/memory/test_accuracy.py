@@ -112,6 +112,8 @@ SPECS = {
 
 # (family, settings): every method, precision and optimizer, several batch sizes and lengths,
 # checkpointing on and off, eager and SDPA attention, one and several GPUs.
+# LoRA and QLoRA rows name their precision: bf16-mixed (an fp32 base under autocast) or bf16
+# (the usual one, estimate()'s default for them).
 GRID = [
     ("llama", dict(batch_size=2, seq_len=64)),
     ("llama", dict(batch_size=4, seq_len=256)),
@@ -130,11 +132,20 @@ GRID = [
     ("llama", dict(batch_size=2, seq_len=64, precision="bf16-master")),
     ("llama", dict(batch_size=2, seq_len=64, precision="bf16", optimizer="adafactor")),
     ("llama", dict(batch_size=4, seq_len=256, gradient_checkpointing=True)),
-    ("llama", dict(batch_size=4, seq_len=256, method="lora")),
+    ("llama", dict(batch_size=4, seq_len=256, method="lora", precision="bf16-mixed")),
     ("llama", dict(batch_size=4, seq_len=256, method="lora", precision="bf16")),
-    ("llama", dict(batch_size=4, seq_len=256, method="lora", lora_targets="all-linear")),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="lora",
+            precision="bf16-mixed",
+            lora_targets="all-linear",
+        ),
+    ),
     ("llama", dict(batch_size=1, seq_len=512, method="lora", lora_dtype="bf16", precision="bf16")),
-    ("llama", dict(batch_size=4, seq_len=256, method="qlora")),
+    ("llama", dict(batch_size=4, seq_len=256, method="qlora", precision="bf16-mixed")),
     (
         "llama",
         dict(
@@ -157,7 +168,12 @@ GRID = [
     ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=1)),
     ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=2)),
     ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=3)),
-    ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, zero_stage=2, method="lora")),
+    (
+        "llama",
+        dict(
+            batch_size=2, seq_len=128, n_gpus=4, zero_stage=2, method="lora", precision="bf16-mixed"
+        ),
+    ),
     (
         "llama",
         dict(
@@ -166,6 +182,7 @@ GRID = [
             n_gpus=2,
             zero_stage=3,
             method="lora",
+            precision="bf16-mixed",
             gradient_checkpointing=True,
         ),
     ),
@@ -182,10 +199,26 @@ GRID = [
         ),
     ),
     ("qwen", dict(batch_size=8, seq_len=128, precision="bf16", gradient_checkpointing=True)),
-    ("qwen", dict(batch_size=8, seq_len=128, method="lora", gradient_checkpointing=True)),
     (
         "qwen",
-        dict(batch_size=4, seq_len=256, method="qlora", double_quant=False, optimizer="adamw-8bit"),
+        dict(
+            batch_size=8,
+            seq_len=128,
+            method="lora",
+            precision="bf16-mixed",
+            gradient_checkpointing=True,
+        ),
+    ),
+    (
+        "qwen",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="qlora",
+            precision="bf16-mixed",
+            double_quant=False,
+            optimizer="adamw-8bit",
+        ),
     ),
     ("qwen", dict(batch_size=2, seq_len=128, n_gpus=8, zero_stage=3, precision="bf16")),
     ("qwen", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=2, offload_optimizer=True)),
@@ -193,8 +226,26 @@ GRID = [
     ("gpt2", dict(batch_size=4, seq_len=256)),
     ("gpt2", dict(batch_size=4, seq_len=256, precision="bf16")),
     ("gpt2", dict(batch_size=2, seq_len=128, attention="eager")),
-    ("gpt2", dict(batch_size=4, seq_len=128, method="lora", lora_targets=("c_attn",))),
-    ("gpt2", dict(batch_size=4, seq_len=128, method="qlora", lora_targets="all-linear")),
+    (
+        "gpt2",
+        dict(
+            batch_size=4,
+            seq_len=128,
+            method="lora",
+            precision="bf16-mixed",
+            lora_targets=("c_attn",),
+        ),
+    ),
+    (
+        "gpt2",
+        dict(
+            batch_size=4,
+            seq_len=128,
+            method="qlora",
+            precision="bf16-mixed",
+            lora_targets="all-linear",
+        ),
+    ),
     ("gpt2", dict(batch_size=4, seq_len=256, gradient_checkpointing=True, optimizer="adafactor")),
     ("gpt2", dict(batch_size=4, seq_len=128, precision="fp32", optimizer="lion")),
     ("gpt2", dict(batch_size=2, seq_len=512, precision="bf16-master", optimizer="adamw-fused")),
@@ -206,6 +257,7 @@ GRID = [
             batch_size=2,
             seq_len=512,
             method="lora",
+            precision="bf16-mixed",
             lora_targets="all-linear",
             gradient_checkpointing=True,
         ),
@@ -219,7 +271,12 @@ GRID = [
     ),
     ("qwen", dict(batch_size=4, seq_len=256, n_gpus=2, zero_stage=3)),
     ("gpt2", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=3)),
-    ("gpt2", dict(batch_size=2, seq_len=128, n_gpus=2, zero_stage=3, method="lora")),
+    (
+        "gpt2",
+        dict(
+            batch_size=2, seq_len=128, n_gpus=2, zero_stage=3, method="lora", precision="bf16-mixed"
+        ),
+    ),
     (
         "llama4",
         dict(batch_size=2, seq_len=256, n_gpus=4, zero_stage=3, gradient_checkpointing=True),
@@ -227,18 +284,32 @@ GRID = [
     ("wide", dict(batch_size=1, seq_len=64, n_gpus=4, zero_stage=3)),
     ("wide", dict(batch_size=1, seq_len=128, n_gpus=3, zero_stage=3)),
     ("wide", dict(batch_size=2, seq_len=256, n_gpus=2, zero_stage=3, optimizer="adamw-fused")),
-    ("wide", dict(batch_size=1, seq_len=128, n_gpus=4, zero_stage=3, method="lora")),
+    (
+        "wide",
+        dict(
+            batch_size=1, seq_len=128, n_gpus=4, zero_stage=3, method="lora", precision="bf16-mixed"
+        ),
+    ),
     ("wide", dict(batch_size=4, seq_len=512, n_gpus=2, zero_stage=3)),
     # ZeRO-3 without mixed precision, where the layer-by-layer gathers decide the peak
     ("wide", dict(batch_size=1, seq_len=64, n_gpus=8, zero_stage=3, precision="bf16")),
     ("wide", dict(batch_size=1, seq_len=64, n_gpus=4, zero_stage=3, precision="fp32")),
     # GPT-2 has no q_proj/v_proj: LoRA's default targets become peft's default, c_attn
-    ("gpt2", dict(batch_size=4, seq_len=128, method="lora")),
+    ("gpt2", dict(batch_size=4, seq_len=128, method="lora", precision="bf16-mixed")),
     # checkpointing where the activations outweigh the logits: the peak is inside a layer's
     # backward (its recomputation, its MLP's backward), in the first layer or the last
     ("wide", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, precision="bf16")),
     ("wide", dict(batch_size=4, seq_len=512, gradient_checkpointing=True)),
-    ("wide", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, method="lora")),
+    (
+        "wide",
+        dict(
+            batch_size=4,
+            seq_len=512,
+            gradient_checkpointing=True,
+            method="lora",
+            precision="bf16-mixed",
+        ),
+    ),
     ("wide", dict(batch_size=4, seq_len=512, n_gpus=2, zero_stage=3, gradient_checkpointing=True)),
     (
         "wide",
@@ -258,14 +329,27 @@ GRID = [
             seq_len=512,
             gradient_checkpointing=True,
             method="qlora",
+            precision="bf16-mixed",
             lora_targets="all-linear",
         ),
     ),
     ("wgpt2", dict(batch_size=4, seq_len=512, gradient_checkpointing=True)),
-    ("wgpt2", dict(batch_size=4, seq_len=512, gradient_checkpointing=True, method="lora")),
+    (
+        "wgpt2",
+        dict(
+            batch_size=4,
+            seq_len=512,
+            gradient_checkpointing=True,
+            method="lora",
+            precision="bf16-mixed",
+        ),
+    ),
     # peft's lora_dropout (recipes use 0.05-0.1): a dropped-out copy of each adapted input
     # and its mask
-    ("llama", dict(batch_size=4, seq_len=256, method="lora", lora_dropout=0.1)),
+    (
+        "llama",
+        dict(batch_size=4, seq_len=256, method="lora", precision="bf16-mixed", lora_dropout=0.1),
+    ),
     (
         "llama",
         dict(
@@ -288,7 +372,10 @@ GRID = [
             lora_dropout=0.05,
         ),
     ),
-    ("gpt2", dict(batch_size=4, seq_len=128, method="lora", lora_dropout=0.1)),
+    (
+        "gpt2",
+        dict(batch_size=4, seq_len=128, method="lora", precision="bf16-mixed", lora_dropout=0.1),
+    ),
     (
         "wide",
         dict(
@@ -308,12 +395,22 @@ GRID = [
             seq_len=512,
             gradient_checkpointing=True,
             method="qlora",
+            precision="bf16-mixed",
             lora_targets="all-linear",
             lora_dropout=0.1,
         ),
     ),
     # bitsandbytes before 0.43.2: each 4-bit layer kept its input (past checkpointing too)
-    ("llama", dict(batch_size=4, seq_len=256, method="qlora", bitsandbytes="before-0.43.2")),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="qlora",
+            precision="bf16-mixed",
+            bitsandbytes="before-0.43.2",
+        ),
+    ),
     (
         "llama",
         dict(
@@ -331,6 +428,7 @@ GRID = [
             batch_size=4,
             seq_len=128,
             method="qlora",
+            precision="bf16-mixed",
             lora_targets="all-linear",
             bitsandbytes="before-0.43.2",
         ),
@@ -347,6 +445,7 @@ GRID = [
             batch_size=4,
             seq_len=256,
             method="lora",
+            precision="bf16-mixed",
             gradient_checkpointing=True,
             activation_offload=True,
         ),
@@ -357,6 +456,7 @@ GRID = [
             batch_size=4,
             seq_len=256,
             method="qlora",
+            precision="bf16-mixed",
             gradient_checkpointing=True,
             activation_offload=True,
         ),
@@ -399,6 +499,7 @@ GRID = [
             batch_size=4,
             seq_len=512,
             method="lora",
+            precision="bf16-mixed",
             lora_targets="all-linear",
             gradient_checkpointing=True,
             activation_offload=True,
@@ -410,6 +511,7 @@ GRID = [
             batch_size=4,
             seq_len=512,
             method="lora",
+            precision="bf16-mixed",
             gradient_checkpointing=True,
             activation_offload=True,
         ),
@@ -417,7 +519,16 @@ GRID = [
     # the optimizer step in backward (one optimizer per parameter, stepped by a hook that
     # then frees the gradient): no gradient kept, one tensor's step temporaries at a time
     ("llama", dict(batch_size=4, seq_len=256, optimizer_in_backward=True)),
-    ("llama", dict(batch_size=4, seq_len=256, method="lora", optimizer_in_backward=True)),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="lora",
+            precision="bf16-mixed",
+            optimizer_in_backward=True,
+        ),
+    ),
     ("wide", dict(batch_size=1, seq_len=128, optimizer_in_backward=True)),
     (
         "wide",
@@ -456,6 +567,7 @@ GRID = [
             batch_size=1,
             seq_len=128,
             method="qlora",
+            precision="bf16-mixed",
             lora_targets="all-linear",
             optimizer_in_backward=True,
         ),
@@ -475,8 +587,14 @@ GRID = [
     # chunked cross-entropy (torchtune's CEWithChunkedOutputLoss): one chunk's fp32 logits at
     # a time; with autocast a frozen lm_head is cast, and saved, once per chunk
     ("llama", dict(batch_size=4, seq_len=256, loss="chunked")),
-    ("llama", dict(batch_size=4, seq_len=256, method="lora", loss="chunked")),
-    ("llama", dict(batch_size=4, seq_len=256, method="qlora", loss="chunked")),
+    (
+        "llama",
+        dict(batch_size=4, seq_len=256, method="lora", precision="bf16-mixed", loss="chunked"),
+    ),
+    (
+        "llama",
+        dict(batch_size=4, seq_len=256, method="qlora", precision="bf16-mixed", loss="chunked"),
+    ),
     ("llama", dict(batch_size=4, seq_len=256, precision="fp32", loss="chunked")),
     ("llama", dict(batch_size=4, seq_len=250, loss="chunked", loss_chunks=3)),
     (
@@ -528,6 +646,7 @@ GRID = [
             zero_stage=3,
             gradient_accumulation=3,
             method="lora",
+            precision="bf16-mixed",
             no_sync=True,
         ),
     ),
@@ -560,6 +679,7 @@ GRID = [
             zero_stage=3,
             gradient_accumulation=2,
             method="lora",
+            precision="bf16-mixed",
             lora_dtype="bf16",
             no_sync=True,
         ),
@@ -703,7 +823,16 @@ def test_median_error_within_2_percent(results) -> None:
 # ----- 7B/8B shapes -----------------------------------------------------------------------
 LARGE = [
     ("llama-2-7b", dict(batch_size=1, seq_len=512)),
-    ("llama-3.1-8b", dict(batch_size=1, seq_len=1024, method="qlora", gradient_checkpointing=True)),
+    (
+        "llama-3.1-8b",
+        dict(
+            batch_size=1,
+            seq_len=1024,
+            method="qlora",
+            precision="bf16-mixed",
+            gradient_checkpointing=True,
+        ),
+    ),
     ("llama-2-7b", dict(batch_size=2, seq_len=512, method="lora", precision="bf16")),
     (
         "llama-2-7b",

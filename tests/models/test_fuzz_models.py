@@ -123,6 +123,10 @@ BAD_CONFIGS = {
     "a missing file": (lambda t: str(t / "nowhere" / "config.json"), "No config.json"),
     "a link to an endless file": (
         lambda t: (os.symlink("/dev/zero", t / "zero.json"), str(t / "zero.json"))[1],
+        "not a regular file",
+    ),
+    "a file over 10 MiB": (
+        lambda t: str(write(t / "big.json", b" " * (10 * 2**20 + 1))),
         "MiB: not a config.json",
     ),
 }
@@ -152,10 +156,10 @@ def test_bad_configs_exit_2_with_one_message_in_every_subcommand(case, tmp_path,
 def test_an_unreadable_config_is_a_clear_error(tmp_path, monkeypatch):
     path = write(tmp_path / "secret.json", LLAMA)
 
-    def denied(self, *args, **kwargs):
-        raise PermissionError(13, "Permission denied", str(self))
+    def denied(file, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(file))
 
-    monkeypatch.setattr(Path, "open", denied)
+    monkeypatch.setattr(os, "open", denied)
     with pytest.raises(LessonkitError, match="permission denied"):
         resolve_model(str(path))
 

@@ -379,12 +379,12 @@ def test_a_run_that_fits_on_paper_points_at_what_else_holds_memory():
     assert any("above the estimate" in f for f in d.findings), d.findings
 
 
-def test_the_same_run_from_the_objects_a_learner_has():
+def test_the_same_run_from_the_objects_a_learner_has(tmp_path):
     from peft import LoraConfig
     from transformers import BitsAndBytesConfig, LlamaConfig, TrainingArguments
 
     args = TrainingArguments(
-        output_dir="unused",
+        output_dir=str(tmp_path),
         per_device_train_batch_size=8,
         gradient_accumulation_steps=2,
         bf16=True,
@@ -421,13 +421,13 @@ def test_the_same_run_from_the_objects_a_learner_has():
     assert any("TrainingArguments" in n for n in from_objects.notes)
 
 
-def test_a_trainer_is_read_without_touching_its_weights():
+def test_a_trainer_is_read_without_touching_its_weights(tmp_path):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
     model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1000))
     args = TrainingArguments(
-        output_dir="unused",
+        output_dir=str(tmp_path),
         per_device_train_batch_size=4,
         activation_checkpointing=True,
         use_cpu=True,
@@ -628,7 +628,9 @@ def test_the_trainer_settings_the_fixes_name_exist(tmp_path):
 
 
 @pytest.mark.parametrize("sync_each_batch", [None, True])
-def test_fsdp_trainer_arguments_keep_full_gradients_unless_synced_each_batch(sync_each_batch):
+def test_fsdp_trainer_arguments_keep_full_gradients_unless_synced_each_batch(
+    sync_each_batch, tmp_path
+):
     """Under FSDP with accumulation the Trainer reduces only on the last micro-batch
     (Accelerate's sync_each_batch=False): read from TrainingArguments, that is no_sync=True."""
     from transformers import TrainingArguments
@@ -645,7 +647,7 @@ def test_fsdp_trainer_arguments_keep_full_gradients_unless_synced_each_batch(syn
         }
     )
     args = TrainingArguments(
-        output_dir="unused",
+        output_dir=str(tmp_path),
         per_device_train_batch_size=2,
         gradient_accumulation_steps=4,
         bf16=True,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import tomllib
 import yaml
+from repository import source_copy  # tests/repository.py
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "matplotlib", "peft", "ipywidgets")
@@ -159,17 +160,18 @@ def test_pyproject_uses_an_spdx_licence_and_ships_the_data_package():
 
 def test_the_wheel_builds_without_warnings_and_holds_the_data(tmp_path):
     pytest.importorskip("setuptools", minversion="77")
+    source = source_copy(tmp_path / "source")  # a build in place writes build/ and *.egg-info/
     build = subprocess.run(
         [
             sys.executable,
             "-m",
             "pip",
             "wheel",
-            str(ROOT),
+            str(source),
             "--no-deps",
             "--no-build-isolation",
             "-w",
-            str(tmp_path),
+            str(tmp_path / "wheel"),
             "-q",
         ],
         capture_output=True,
@@ -180,7 +182,7 @@ def test_the_wheel_builds_without_warnings_and_holds_the_data(tmp_path):
     assert build.returncode == 0, build.stderr
     for warning in ("SetuptoolsDeprecationWarning", "License classifiers", "is absent from the"):
         assert warning not in build.stdout + build.stderr
-    wheel = zipfile.ZipFile(next(tmp_path.glob("lessonkit-*.whl")))
+    wheel = zipfile.ZipFile(next((tmp_path / "wheel").glob("lessonkit-*.whl")))
     names = set(wheel.namelist())
     data = {p.name for p in (ROOT / "lessonkit" / "data").glob("*.json")}
     assert data and {f"lessonkit/data/{n}" for n in data} <= names

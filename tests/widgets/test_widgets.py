@@ -139,12 +139,13 @@ def test_the_method_control_carries_its_usual_precision(make, monkeypatch):
     assert c["precision"].value == usual_precision("lora") == "bf16"
     lora = estimate("7B", method="lora", precision="bf16")
     assert explorer.report.total_bytes == lora.total_bytes
-    assert explorer.report.total_bytes < estimate("7B", method="lora").total_bytes / 2
+    autocast = estimate("7B", method="lora", precision="bf16-mixed")
+    assert explorer.report.total_bytes < autocast.total_bytes / 2
     assert len(calls) == 1  # one redraw for the method and the precision it brings
     assert "precision <b>bf16</b> (bf16 base weights, fp32 adapters)" in explorer.readout.value
     c["precision"].value = "bf16-mixed"  # the student can still choose
     assert c["method"].value == "lora"
-    assert explorer.report.total_bytes == estimate("7B", method="lora").total_bytes
+    assert explorer.report.total_bytes == autocast.total_bytes
     assert "precision <b>bf16-mixed</b> (fp32 base weights, bf16 autocast" in explorer.readout.value
     c["method"].value = "qlora"
     assert c["precision"].value == "bf16"
@@ -527,6 +528,7 @@ def test_decision_flow_estimates_lora_in_bf16_not_fp32_under_autocast():
     autocast = estimate(
         "70B",
         method="lora",
+        precision="bf16-mixed",
         **{k: v for k, v in lora.settings.items() if k not in ("method", "precision")},
         device="cuda",
     )
