@@ -53,7 +53,7 @@ _SUBMODULES = (
     "options",
 )
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [*sorted(_EXPORTS), "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .safe_repr import short_repr
@@ -115,7 +115,9 @@ def positive_number(
 def safe_text(value: Any, *, name: bool = False, quoted: bool = False) -> str:
     """``str(value)`` for a report (its ``.name`` with name=True, ``repr`` with quoted=True),
     whatever the object's methods do."""
-    ways = [lambda: repr(value)] if quoted else [lambda: str(value), lambda: repr(value)]
+    ways: list[Callable[[], str]] = (
+        [lambda: repr(value)] if quoted else [lambda: str(value), lambda: repr(value)]
+    )
     if name:
         ways.insert(0, lambda: str(value.name))
     for way in ways:

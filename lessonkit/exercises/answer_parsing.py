@@ -156,7 +156,7 @@ def _read_number(answer: object, unit: str) -> float:
             value = _bare_bytes(value)
     else:
         try:
-            value = float(answer)  # int, float, numpy scalars
+            value = float(answer)  # type: ignore[arg-type]  # int, float, numpy scalars
         except Exception:  # not a number, too large for a float, or a __float__ that raises
             raise _Unreadable(f"Expected {example}, got {_describe(answer)}.") from None
         if unit == "GB":
@@ -236,8 +236,9 @@ def _pick(raw: object, question: dict[str, Any]) -> str:
     if isinstance(raw, bool) and "yes" in _options(question).values():
         return "yes" if raw else "no"
     source = question.get("options_from")
-    if source and not isinstance(raw, str) and isinstance(getattr(raw, "name", None), str):
-        raw = raw.name  # a catalog record (GPU, environment, ModelSpec) stands for its name
+    name = getattr(raw, "name", None)
+    if source and not isinstance(raw, str) and isinstance(name, str):
+        raw = name  # a catalog record (GPU, environment, ModelSpec) stands for its name
     if not isinstance(raw, str):
         raise _Unreadable(f"Expected the name of an option (a string), got {_describe(raw)}.")
     if len(raw) > _MAX_CHARS:

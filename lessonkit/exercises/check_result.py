@@ -86,7 +86,7 @@ class CheckResult:
             return
         from IPython.display import display
 
-        display({"text/plain": str(self), "text/html": self._repr_html_()}, raw=True)
+        display({"text/plain": str(self), "text/html": self._repr_html_()}, raw=True)  # type: ignore[no-untyped-call]
 
 
 def _ipython() -> Any:

@@ -190,7 +190,7 @@ def _show(result: CheckResult) -> None:
         return
     from IPython.display import display
 
-    display(result)
+    display(result)  # type: ignore[no-untyped-call]
     result._shown_in = shell.execution_count
 
 

@@ -182,7 +182,7 @@ def _shown_names(names: list[str]) -> str:
 
 
 def _compare_names(read: Guess, actual: Any) -> str:
-    if isinstance(actual, numbers.Number) and not isinstance(actual, bool):
+    if isinstance(actual, (int, float, numbers.Number)) and not isinstance(actual, bool):
         # reveal was handed a figure where a name belongs: say so rather than compare names
         what = "GPU" if read.kind == "gpu" else "environment"
         return f"{read.message} (reveal needs the {what}'s name here, not a number.)"

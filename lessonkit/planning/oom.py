@@ -214,7 +214,7 @@ def _budget(m: OOMMessage, context_bytes: int) -> tuple[int | None, int | None]:
     return budget, max(listed, m.total_bytes - budget)
 
 
-def _message_fixes(m: OOMMessage, d: Diagnosis, others: int | None) -> tuple[list, list]:
+def _message_fixes(m: OOMMessage, d: Diagnosis, others: int | None) -> tuple[list[Fix], list[Fix]]:
     """(fixes to put first, fixes to put last) from the message alone; where both can be
     enough, the one that frees more memory comes first."""
     first: list[tuple[int, Fix]] = []
@@ -234,7 +234,7 @@ def _message_fixes(m: OOMMessage, d: Diagnosis, others: int | None) -> tuple[lis
             d.findings.append(
                 f"Fragmentation: PyTorch held {gib(unallocated)} reserved but unallocated"
                 + (
-                    f", more than the {gib(m.tried_bytes)} it asked for, but in pieces too small"
+                    f", more than the {gib(m.tried_bytes or 0)} it asked for, but in pieces too small"
                     if cause
                     else ""
                 )
@@ -304,7 +304,7 @@ _TRAINING_WORDS = {
 }
 
 
-def _fix_from_change(change: dict, report: Any, budget: int) -> Fix:
+def _fix_from_change(change: dict[str, Any], report: Any, budget: int) -> Fix:
     from .fitting import change_flags
 
     parts, key = [], "gradient_checkpointing"
@@ -460,7 +460,7 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
             gap = needed - peak
             target = budget - gap
             d.findings.append(
-                f"Yet the process held {gib(held)} and asked for {gib(m.tried_bytes)} more: at "
+                f"Yet the process held {gib(held or 0)} and asked for {gib(m.tried_bytes or 0)} more: at "
                 f"least {gib(needed)}, {gib(gap)} above the estimate. Either the run is not the "
                 "one described (longer sequences than seq_len, padding to a max length, a "
                 "larger evaluation batch) or this process holds something else (a model "

@@ -47,7 +47,7 @@ def fake_check(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "usable,args,code",
+    ("usable", "args", "code"),
     [
         (True, [], 0),
         (True, ["--require-gpu"], 0),
@@ -150,7 +150,7 @@ def test_recommend_batch_size_and_seq_len_reach_the_recommender(capsys):
 
 
 @pytest.mark.parametrize(
-    "args,message",
+    ("args", "message"),
     [
         (["--budget", "-5"], "budget"),
         (["--tokens", "0"], "tokens"),

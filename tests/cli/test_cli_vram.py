@@ -386,7 +386,7 @@ def test_nothing_fits_points_to_recommend(capsys) -> None:
 
 
 def test_verdict_comes_before_the_assumptions(capsys) -> None:
-    code, out, _ = run(capsys, "--model", "7B", "--method", "qlora", "--gpu", "t4")
+    _code, out, _ = run(capsys, "--model", "7B", "--method", "qlora", "--gpu", "t4")
     note = estimate("7B", method="qlora", precision="bf16").assumptions[0]
     assert out.index("it fits") < out.index("\nAssumptions:\n") < out.index(note)
     assert "source" not in out.split("Assumptions:")[0]
@@ -453,7 +453,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("argv,message", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+@pytest.mark.parametrize(("argv", "message"), BAD, ids=[f"bad{i}" for i in range(len(BAD))])
 def test_bad_input_exits_2_with_a_message(capsys, argv, message) -> None:
     try:
         code = main(["vram", *argv])

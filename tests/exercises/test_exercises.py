@@ -180,7 +180,7 @@ def test_common_mistakes_get_their_own_hint():
 
 
 @pytest.mark.parametrize(
-    "text, unit, expected",
+    ("text", "unit", "expected"),
     [
         ("16 GB", "GB", 16e9),
         ("16GB", "GB", 16e9),
@@ -208,7 +208,7 @@ def test_reading_numbers_with_units(text, unit, expected):
 
 
 @pytest.mark.parametrize(
-    "text, unit",
+    ("text", "unit"),
     [("16 parsecs", "GB"), ("sixteen", "GB"), ("", "s"), ("1.2.3", "x"), ("5 kg", "$")],
 )
 def test_unreadable_numbers_say_what_is_expected(text, unit):
@@ -392,7 +392,7 @@ def test_fixed_health_checks_pass_in_gb_or_gib():
         if not t.cuda.is_available():
             print("[ERROR] No GPU detected.")
             return
-        free, total = t.cuda.mem_get_info(0)
+        _free, total = t.cuda.mem_get_info(0)
         print(f"Total VRAM: {total / 2**30:.2f} GiB")
 
     for fn in (in_gb, in_gib):
@@ -561,7 +561,7 @@ def test_weights_question_wants_the_exact_count_not_the_guides_14_gb():
 
 
 @pytest.mark.parametrize(
-    "text, unit, expected",
+    ("text", "unit", "expected"),
     [
         ("2-3x", "x", (2, 3)),
         ("2x - 3x", "x", (2, 3)),
@@ -655,7 +655,7 @@ def test_the_gib_gb_diagnosis_stays_for_memory_questions():
 
 
 @pytest.mark.parametrize(
-    "qid, answer, point",
+    ("qid", "answer", "point"),
     [
         (
             "06.5",

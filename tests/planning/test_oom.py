@@ -297,7 +297,7 @@ def test_real_messages_are_read_field_by_field(case):
             assert abs(got - expected) <= 0.006 * (GiB if expected >= GiB else MiB), (name, got)
         elif name == "other_processes":
             assert [pid for pid, _ in got] == [pid for pid, _ in expected]
-            assert all(abs(a[1] - b[1]) < 0.01 * GiB for a, b in zip(got, expected))
+            assert all(abs(a[1] - b[1]) < 0.01 * GiB for a, b in zip(got, expected, strict=True))
         else:
             assert got == expected, (name, got, expected)
 
@@ -441,7 +441,7 @@ def test_a_trainer_is_read_without_touching_its_weights(tmp_path):
     assert run.model["model_type"] == "gpt2" and run.model["n_layer"] == 2
     assert run.settings["batch_size"] == 4 and run.settings["gradient_checkpointing"] is True
     assert run.settings["precision"] == "fp32"  # an fp32 model without bf16/fp16 flags
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
 ODD = [
@@ -471,7 +471,7 @@ class Unprintable(Exception):
         raise RuntimeError("cannot print")
 
 
-@pytest.mark.parametrize("odd", ODD + [Unprintable()], ids=lambda o: type(o).__name__)
+@pytest.mark.parametrize("odd", [*ODD, Unprintable()], ids=lambda o: type(o).__name__)
 def test_odd_input_never_raises(odd):
     def diagnose():
         d = oom_doctor(odd)
@@ -516,15 +516,16 @@ def test_an_unknown_message_says_what_was_expected():
 
 def test_watch_prints_the_diagnosis_and_reraises_the_same_error(capsys):
     error = RuntimeError(CORPUS[2]["text"])
-    with pytest.raises(RuntimeError) as raised:
-        with oom_doctor.watch(model="gpt2", batch_size=8, seq_len=512):
-            raise error
+    with (
+        pytest.raises(RuntimeError) as raised,
+        oom_doctor.watch(model="gpt2", batch_size=8, seq_len=512),
+    ):
+        raise error
     assert raised.value is error
     out = capsys.readouterr().out
     assert "lessonkit.oom_doctor" in out and "Gradient checkpointing" in out
-    with pytest.raises(KeyError):  # anything else passes untouched, silently
-        with oom_doctor.watch(model="7B"):
-            raise KeyError("input_ids")
+    with pytest.raises(KeyError), oom_doctor.watch(model="7B"):  # passes untouched, silently
+        raise KeyError("input_ids")
     assert capsys.readouterr().out == ""
 
 
@@ -572,7 +573,7 @@ def test_readme_oom_example_runs_and_the_function_is_named():
     import shlex
 
     readme = (ROOT / "README.md").read_text()
-    line = next(l for l in readme.splitlines() if l.startswith("lessonkit oom "))
+    line = next(text for text in readme.splitlines() if text.startswith("lessonkit oom "))
     result = _cli(*shlex.split(line)[2:])
     assert result.returncode == 0, result.stderr
     assert "1. " in result.stdout and "estimated peak per GPU" in result.stdout
@@ -596,7 +597,7 @@ def test_a_real_cuda_out_of_memory_error_is_read():
 
 
 @pytest.mark.parametrize(
-    "change, key, words",
+    ("change", "key", "words"),
     [
         ({"loss": "chunked"}, "loss", "CEWithChunkedOutputLoss"),
         ({"optimizer_in_backward": True}, "optimizer_in_backward", "optimizer_in_bwd"),

@@ -280,7 +280,7 @@ def test_outputs_are_complete(low7b):
 
 
 @pytest.mark.parametrize(
-    "kwargs,message",
+    ("kwargs", "message"),
     [
         (dict(budget=-1), "budget"),
         (dict(budget="cheap"), "budget"),
@@ -400,7 +400,7 @@ def test_unknown_model_is_a_lessonkit_error():
         recommend("no-such-model")
 
 
-@pytest.mark.parametrize("model,budget", [("70B", "high"), ("70B", "low"), ("7B", None)])
+@pytest.mark.parametrize(("model", "budget"), [("70B", "high"), ("70B", "low"), ("7B", None)])
 def test_tight_fits_rank_after_comfortable_ones(model, budget):
     options = recommend(model, budget=budget, tokens=1e8).options
     tight = [o.tight for o in options]
