@@ -159,7 +159,7 @@ class _Step:
             if n == 1 or stage == 0:
                 return shape
             if stage == 3:
-                return (math.ceil(shape[0] / n),) + shape[1:]
+                return (math.ceil(shape[0] / n), *shape[1:])
             return (math.ceil(math.prod(shape) / n),)
 
         # (shape, bytes per element, trained) of one decoder layer's and the root's parameters
@@ -323,7 +323,7 @@ class _Step:
     def _activations(self) -> None:
         spec, s, ctx = self.spec, self.s, self.ctx
         t, h, v = ctx.tokens, spec.hidden_size, spec.vocab_size
-        p, c = self.p, self.c
+        p, _c = self.p, self.c
         full = ctx.full
         ckpt = s.gradient_checkpointing
         layer = acts.gpt2_layer if spec.family == "gpt2" else acts.llama_layer
@@ -451,7 +451,7 @@ class _Step:
         if self.fsdp:
             more_fw, bws = self._fsdp_moments(static, grads_fw)
             fws += more_fw
-            bws = [bw_start] + bws
+            bws = [bw_start, *bws]
         self.moments = {"forward": fws, "backward": bws, "optimizer": [step]}  # memory/timeline.py
         by_phase = {
             "forward": max(fws, key=lambda d: sum(d.values())),
@@ -655,7 +655,7 @@ class _Step:
             moments.append(
                 dict(root, temporaries=f["root_params"] + f["root_grads"], gradients=layer_grads)
             )
-        return [fw_end, fw_gather], moments + [root, root_reduce]
+        return [fw_end, fw_gather], [*moments, root, root_reduce]
 
     def assumptions(self) -> list[str]:
         spec, s = self.spec, self.s
@@ -682,8 +682,9 @@ class _Step:
                 "bf16": (
                     "Pure bf16: weights, gradients and optimizer states all in bf16."
                     if s.method == "full"
-                    else f"The frozen base model in bf16 ({'NF4 linear layers, ' if s.method == 'qlora' else ''}"
-                    f"no gradients or states); the adapters, their gradients and optimizer "
+                    else "The frozen base model in bf16 ("
+                    + ("NF4 linear layers, " if s.method == "qlora" else "")
+                    + "no gradients or states); the adapters, their gradients and optimizer "
                     f"states in {s.lora_dtype}."
                 ),
                 "bf16-master": "bf16 weights and gradients; the optimizer keeps fp32 master weights "

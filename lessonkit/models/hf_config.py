@@ -258,5 +258,5 @@ def hf_config_from_spec(spec: Any) -> Any:
         fields["hidden_activation"] = fields.pop("hidden_act")
         return transformers.GemmaConfig(**fields)
     fields["hidden_activation"] = fields.pop("hidden_act")
-    fields.update({k: v for k, v in spec.extra.items()})
+    fields.update(dict(spec.extra.items()))
     return transformers.Gemma2Config(**fields)

@@ -122,7 +122,7 @@ class ModelSpec:
             "intermediate_size",
             "vocab_size",
         ] + (["head_dim"] if self.head_dim is not None else [])
-        for name in dimensions + ["max_positions"]:
+        for name in [*dimensions, "max_positions"]:
             value, least = getattr(self, name), 0 if name == "max_positions" else 1
             if (
                 isinstance(value, bool)
@@ -228,7 +228,7 @@ class ModelSpec:
             if has_bias:
                 biases.append(ParamTensor(f"{path}.bias", (n_out,), "bias"))
         if gpt2:  # every Conv1D has a bias
-            paired = [t for pair in zip(linears, biases) for t in pair]
+            paired = [t for pair in zip(linears, biases, strict=True) for t in pair]
             layer = norm("ln_1") + paired[:4] + norm("ln_2") + paired[4:]
             outer = [
                 ParamTensor("transformer.wte.weight", (self.vocab_size, h), "embed"),
@@ -291,7 +291,7 @@ class ModelSpec:
             if target not in allowed:
                 raise LessonkitError(
                     unknown_name_message(
-                        target, allowed + ("all-linear",), f"LoRA target for {self.family}"
+                        target, (*allowed, "all-linear"), f"LoRA target for {self.family}"
                     )
                 )
             chosen += [s for key, s in shapes.items() if key.split(".")[-1] == target]

@@ -1,9 +1,9 @@
 """The notebooks in a real browser: JupyterLab 4 in headless Chromium, driven by Playwright.
 
-For notebook 1 (the VRAM explorer and the memory timeline) and notebook 4 (the decision flow): run all cells, change a
-control as a student would, and check that the readout and the chart changed and that no cell
-shows an error. JupyterLab serves the course as ``make course`` does (notebooks/ and exercises/
-side by side at its root), and an exercise notebook is opened from its file browser.
+For notebook 1 (the VRAM explorer and the memory timeline) and notebook 4 (the decision flow): run
+all cells, change a control as a student would, and check that the readout and the chart changed and
+that no cell shows an error. JupyterLab serves the course as ``make course`` does (notebooks/ and
+exercises/ side by side at its root), and an exercise notebook is opened from its file browser.
 Screenshots go to $TMPDIR/lessonkit-screenshots/ (LESSONKIT_SCREENSHOTS=folder to choose).
 
     MPLBACKEND=Agg .venv/bin/python -m pytest -m browser     # or: make test (runs everything)

@@ -383,7 +383,7 @@ def test_nbval_catches_a_moved_number(tmp_path: Path) -> None:
 
 @pytest.mark.notebooks
 @pytest.mark.parametrize(
-    "name,index",
+    ("name", "index"),
     [(n, i) for n in NAMES for i in range(2)],
     ids=[f"{n[:2]}-set{i + 1}" for n in NAMES for i in range(2)],
 )

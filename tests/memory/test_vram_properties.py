@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import itertools
 import numbers
 import os
 
@@ -241,7 +242,7 @@ def test_higher_zero_stage_never_needs_more(run) -> None:
         z: _Step(spec, validate_run(spec, **(DEFAULTS | kw | dict(zero_stage=z)))) for z in stages
     }
     totals = {z: estimate(spec, **(kw | dict(zero_stage=z))).total_bytes for z in stages}
-    for lower, higher in zip(stages, stages[1:]):
+    for lower, higher in itertools.pairwise(stages):
         if higher == 3 and totals[3] > totals[lower]:
             f = steps[3].fsdp
             buffers = (
