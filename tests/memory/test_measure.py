@@ -254,18 +254,18 @@ def test_zero3_mixed_gathers_in_16_bits_without_autocast(spec, kw):
             - m["optimizer_bytes"]
         )
 
-    mixed = measure(spec, n_gpus=4, zero_stage=3, **SHORT, **kw)
+    mixed = measure(spec, n_gpus=4, zero_stage=3, precision="bf16-mixed", **SHORT, **kw)
     pure = measure(spec, n_gpus=4, zero_stage=3, precision="bf16", **SHORT, **kw)
     assert forward_extra(mixed) == forward_extra(pure)
     assert any(
         "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)" in a for a in mixed.assumptions
     )
     if kw.get("method") is None:
-        one = measured(measure(spec, **SHORT))  # fp32 weights under autocast, one GPU
+        one = measured(measure(spec, precision="bf16-mixed", **SHORT))  # autocast, one GPU
         for key in ("parameter_bytes", "gradient_bytes", "optimizer_bytes"):
             assert measured(mixed)[key] * 4 == one[key], key
     # ZeRO-2 keeps autocast (replicated fp32 weights): the forward holds bf16 weight copies
-    z2 = measure(spec, n_gpus=4, zero_stage=2, **SHORT, **kw)
+    z2 = measure(spec, n_gpus=4, zero_stage=2, precision="bf16-mixed", **SHORT, **kw)
     assert any("autocast" in a for a in z2.assumptions)
 
 
