@@ -168,7 +168,11 @@ def ddp_note(report: Any) -> str:
     s = report.settings
     if s.get("n_gpus", 1) <= 1 or s.get("zero_stage", 0) != 0:
         return ""
-    one = _estimate(report.model, **{**_plain_settings(s), "n_gpus": 1, "zero_stage": 0})
+    # one GPU has nothing to reduce: no_sync (several GPUs only) is left out of the baseline
+    one = _estimate(
+        report.model,
+        **{**_plain_settings(s), "n_gpus": 1, "zero_stage": 0, "no_sync": False},
+    )
     rise = report.total_bytes - one.total_bytes
     change = (
         f"the per-GPU peak rises by {rise / GiB:,.1f} GiB over one GPU"
