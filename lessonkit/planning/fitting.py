@@ -479,12 +479,16 @@ def fit_changes(
     native_bf16: bool = True,
     more: bool = False,
     one_device: bool = False,
+    cached: bool = False,
 ) -> list[tuple[dict[str, Any], Any]]:
     """Up to ``limit`` changes to a run that make it fit in ``usable_bytes``, cheapest first,
     as (changed estimate() keywords, MemoryReport) pairs; a change that only adds to one
-    already found is left out. ``more`` and ``one_device``: see ``fix_candidates``."""
+    already found is left out. ``more`` and ``one_device``: see ``fix_candidates``.
+    ``cached``: estimates through ``estimate_cached`` (for a live readout that asks again)."""
     from ..errors import LessonkitError
-    from ..memory.estimating import estimate
+    from ..memory.estimating import estimate as estimate_afresh
+
+    estimate = estimate_cached if cached else estimate_afresh
 
     found: list[tuple[dict[str, Any], Any]] = []
     for group in fix_candidates(settings, native_bf16, more, one_device):

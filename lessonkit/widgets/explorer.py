@@ -148,6 +148,8 @@ def explorer_class() -> Any:
                 return
             finally:
                 self._linking = False
+            if getattr(self, "report", None) is not None:
+                self.report = None  # a fresh start: the readout compares with no earlier state
             self.redraw()
 
         def redraw(self) -> None:

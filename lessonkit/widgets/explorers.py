@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from typing import Any
 
 from ..charts import memory_charts, planning_charts
@@ -94,9 +95,11 @@ def _estimate(model: Any, **settings: Any) -> Any:
 
 def peak_html(report: Any) -> str:
     total = report.total_bytes
+    from .advice import phase_words
+
     return (
         f"<b>Peak per GPU: {total / GiB:,.1f} GiB</b> (during the "
-        f"{html.escape(str(report.peak_phase))})"
+        f"{html.escape(phase_words(str(report.peak_phase)))})"
     )
 
 
@@ -191,17 +194,30 @@ def _plain_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if k != "estimated"}
 
 
-def fit_summary(report: Any, gpus: list[Any] | None = None) -> str:
-    """HTML: the peak per GPU (GiB), the setup, the catalog GPUs it fits on (smallest
-    first) and the smallest one's headroom; device memory and headroom in GiB; with several
-    GPUs at ZeRO-0, why the per-GPU peak does not fall."""
-    return _fit_lines(report, gpus) + ddp_note(report)
+def fit_summary(report: Any, gpus: list[Any] | None = None, previous: Any = None) -> str:
+    """HTML: the peak per GPU (GiB) and its phase (and that it moved there, given the report
+    shown before), the setup, the catalog GPUs it fits on (smallest first) and the smallest
+    one's headroom; device memory and headroom in GiB; where it fits none, the kit's changes
+    that make it fit the largest, each with its new peak; with several GPUs at ZeRO-0, why the
+    per-GPU peak does not fall."""
+    return _fit_lines(report, gpus, previous) + ddp_note(report)
 
 
-def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
+def _nowhere(report: Any, where: str) -> str:
+    """'Does not fit on any single GPU shown', or with several GPUs selected, that the peak
+    per GPU is above every GPU (never 'single GPU' then)."""
+    n = report.settings.get("n_gpus", 1)
+    if n > 1:
+        return f"Does not fit: even with {n} GPUs, the peak per GPU is above every GPU {where}"
+    return f"Does not fit on any single GPU {where}"
+
+
+def _fit_lines(report: Any, gpus: list[Any] | None, previous: Any = None) -> str:
+    from .advice import fix_advice, phase_html
+
     where = "in the catalog" if gpus is None else "shown"
     gpus = gpu_records.catalog_gpus() if gpus is None else gpus
-    head = f"{peak_html(report)}<br>Setup: {setup_html(report)}"
+    head = f"{peak_html(report)}. {phase_html(report, previous)}<br>Setup: {setup_html(report)}"
     if not gpus:  # no catalog: compare with the cards' full sizes (GiB), an upper bound
         sizes = [s for s in memory_charts.COMMON_GPU_SIZES_GB if report.fits(s * GiB)]
         fits = (
@@ -210,7 +226,7 @@ def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
                 f"(usable memory is a little less)"
             )
             if sizes
-            else "<b>Does not fit on any single GPU size shown</b>"
+            else f"<b>{_nowhere(report, 'size shown')}</b>"
         )
         return f"{head}.<br>{fits}."
     ordered = sorted(
@@ -219,11 +235,16 @@ def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
     fit = [g for g in ordered if gpu_records.gpu_fits(g, report)]
     if not fit:
         biggest = ordered[-1]
+        runnable = [g for g in ordered if gpu_records.field(g, "current_wheels", default=True)]
+        target = runnable[-1] if runnable else biggest
         return (
-            f"{head}.<br><b style='color:#B22222'>Does not fit on any single GPU</b> {where} "
+            f"{head}.<br><b style='color:#B22222'>{_nowhere(report, where)}</b> "
             f"(largest: {html.escape(gpu_records.gpu_label(biggest))}, "
             f"{html.escape(gpu_records.usable_text(biggest))} usable, "
             f"{html.escape(gpu_records.headroom_text(biggest, report))})."
+            + fix_advice(
+                report, gpu_records.gpu_usable_bytes(target), gpu_records.gpu_label(target)
+            )
         )
     names = ", ".join(html.escape(gpu_records.gpu_label(g)) for g in fit)
     return (
@@ -232,6 +253,29 @@ def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
         f"{html.escape(gpu_records.usable_text(fit[0]))} usable, "
         f"{html.escape(gpu_records.headroom_text(fit[0], report))}."
     )
+
+
+def chart_note(report: Any, largest_bytes: float, largest: str) -> str:
+    """The chart's note where the peak is above every GPU: that, and the first change of the
+    kit's search that makes it fit the largest (never 'single GPU' with several selected)."""
+    import textwrap
+
+    from .advice import fixes
+
+    n = report.settings.get("n_gpus", 1)
+    head = (
+        f"above every GPU even on {n} GPUs (largest: {largest.split(',')[0]})."
+        if n > 1
+        else f"does not fit on any single GPU (largest: {largest})."  # as the chart says it
+    )
+    found = fixes(report, largest_bytes, limit=1)
+    advice = (
+        f"Fits with {re.sub(r' [(][^)]*[)]', '', found[0].words)}: "
+        f"{found[0].report.total_bytes / GiB:,.1f}\u00a0GiB."  # never wrapped apart
+        if found
+        else "No change tried makes it fit: a smaller model."
+    )
+    return f"{head}\n{textwrap.fill(advice, 62)}"
 
 
 # ----- the explorers -----------------------------------------------------------------------
@@ -278,8 +322,12 @@ def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defau
         sync_enabled(controls, settings)
         report = _estimate(controls["model"].value, **settings)
         explorer.chart.update(report)
-        explorer.report = report
-        return fit_summary(report)
+        previous, explorer.report = explorer.report, report
+        readout = fit_summary(report, previous=previous)
+        if explorer.chart.note.get_text():  # above every GPU: the search's first change
+            chart = explorer.chart
+            chart.note.set_text(chart_note(report, chart.largest_bytes, chart.largest_name))
+        return readout
 
     return explorer_class()(
         "vram",
@@ -356,7 +404,7 @@ def gpu_matrix_explorer(
         explorer.report = report
         return fit_summary(report, shown)
 
-    def static_key() -> tuple:
+    def static_key() -> tuple[Any, ...]:
         return (0, tuple(explorer_names()), tuple(ax.get_xlim()), ax.get_title())
 
     def explorer_names() -> list[str]:
@@ -415,7 +463,7 @@ def environment_rows(recommendation: Any) -> list[dict[str, Any]]:
                 }
             )
             continue
-        gpu = option.gpu if option.count == 1 else f"{option.count}x {option.gpu}"
+        gpu = option_gpu(option)
         rows.append(
             {
                 "name": env.name,
@@ -428,6 +476,11 @@ def environment_rows(recommendation: Any) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def option_gpu(option: Any) -> str:
+    """'H100 80GB' for one GPU, '8x H100 80GB' for several."""
+    return str(option.gpu) if option.count == 1 else f"{option.count}x {option.gpu}"
 
 
 def environment_explorer(
@@ -492,13 +545,21 @@ def environment_explorer(
                 "this run.</b>"
             )
         cheapest = min(possible, key=lambda r: (r["cost"], r["hours"]))
-        fastest = min(possible, key=lambda r: r["hours"])
+        # the quickest of every offer, not of each environment's cheapest row
+        quickest = rec.fastest()
+        if quickest is not None and quickest.hours is not None:
+            name, gpu, hours = quickest.name, option_gpu(quickest), quickest.hours
+            price: float | None = quickest.cost_usd
+        else:
+            row = min(possible, key=lambda r: r["hours"])
+            name, gpu, hours, price = row["name"], row["gpu"], row["hours"], row["cost"]
+        cost = "" if price is None else f" (${price:,.2f})"
         return (
             f"{run}Cheapest run: {html.escape(cheapest['name'])} on "
             f"{html.escape(cheapest['gpu'])}, ${cheapest['cost']:,.2f} "
-            f"({format_hours(cheapest['hours'])}). Fastest: {html.escape(fastest['name'])} on "
-            f"{html.escape(fastest['gpu'])}, {format_hours(fastest['hours'])} "
-            f"(${fastest['cost']:,.2f}).<br><small>Time assumes {rec.mfu:.0%} of each GPU's "
+            f"({format_hours(cheapest['hours'])}). Fastest: {html.escape(name)} on "
+            f"{html.escape(gpu)}, {format_hours(hours)}"
+            f"{cost}.<br><small>Time assumes {rec.mfu:.0%} of each GPU's "
             f"dense bf16 TFLOPS; prices are typical on-demand rates per GPU-hour.</small>"
         )
 

@@ -80,6 +80,11 @@ def check_vram_state(explorer) -> None:
         assert explorer.chart.note.get_text() == "" or report.total_bytes > max(
             g.usable_bytes for g in list_gpus()
         )
+    elif report.settings["n_gpus"] > 1:  # never "single GPU" while several are selected
+        n = report.settings["n_gpus"]
+        assert f"even with {n} GPUs, the peak per GPU is above every GPU" in explorer.readout.value
+        assert f"above every GPU even on {n} GPUs" in explorer.chart.note.get_text()
+        assert "single GPU" not in explorer.readout.value + explorer.chart.note.get_text()
     else:
         assert "Does not fit on any single GPU" in explorer.readout.value
         assert "does not fit on any single GPU" in explorer.chart.note.get_text()
@@ -649,17 +654,25 @@ def test_an_invalid_combination_clears_the_chart_and_shows_the_message(vram):
 
 
 def test_the_no_fit_hint_follows_the_current_settings(vram):
+    from lessonkit.widgets import advice
+
+    def first_fix() -> str:
+        found = advice.fixes(vram.report, vram.chart.largest_bytes, limit=1)
+        assert found, vram.readout.value
+        return f"{found[0].report.total_bytes / GiB:,.1f}\xa0GiB"
+
     vram.controls["model"].value = "70B"
     vram.controls["method"].value = "full"
     note = vram.chart.note.get_text()
-    assert "LoRA/QLoRA" in note and "gradient checkpointing" in note
+    assert first_fix() in note and "Try " not in note
     vram.controls["gradient_checkpointing"].value = True
-    assert "gradient checkpointing" not in vram.chart.note.get_text()
+    assert first_fix() in vram.chart.note.get_text()
+    assert "with gradient checkpointing" not in vram.chart.note.get_text()  # already on
     vram.controls["method"].value = "lora"
     vram.controls["batch_size"].value = 64
     vram.controls["seq_len"].value = 2048  # beyond the catalog's largest GPU (288 GB)
     note = vram.chart.note.get_text()
-    assert note and "LoRA/QLoRA" not in note and "QLoRA (4-bit" in note
+    assert first_fix() in note and "QLoRA" not in note
     vram.controls["n_gpus"].value = 8
     vram.controls["zero_stage"].value = 3
     note = vram.chart.note.get_text()
