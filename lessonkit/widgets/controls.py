@@ -422,3 +422,34 @@ def sync_enabled(controls: dict[str, Any], settings: dict[str, Any] | None = Non
         widget.disabled = why is not None
         widget.description = label if why is None else f"{label} ({why[0]})"
         set_tooltip(widget, SAVER_TIPS[name] if why is None else why[1])
+
+
+def tooltips_shown() -> bool:
+    """True where the front end shows a control's hover text: ipywidgets 8 (``tooltip``).
+    ipywidgets 7 (Colab's) drops a checkbox's ``description_tooltip``."""
+    import ipywidgets as W
+
+    return bool(W.Checkbox().has_trait("tooltip"))
+
+
+def blocked_reasons(controls: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """'Label: full reason' for each memory saver that ``settings`` rule out."""
+    reasons = []
+    for name in SAVERS:
+        why = saver_blocked(name, settings) if name in controls else None
+        if why is not None:
+            reasons.append(f"{CONTROL_NAMES[name][1]}: {why[1]}")
+    return reasons
+
+
+def show_reasons(notes: Any, controls: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Where tooltips do not show (ipywidgets 7), write why each greyed-out memory saver is
+    greyed out in ``notes`` (an HTML widget), as text under the controls."""
+    import html
+
+    reasons = [] if tooltips_shown() else blocked_reasons(controls, settings)
+    value = "<br>".join(html.escape(r) for r in reasons)
+    value = f"<small>{value}</small>" if value else ""
+    if notes.value != value:
+        notes.value = value
+        notes.layout.display = None if value else "none"

@@ -54,6 +54,7 @@ from .controls import (
     estimate_settings,
     precision_follows_method,
     savers_follow,
+    show_reasons,
     split_defaults,
     sync_enabled,
 )
@@ -320,6 +321,7 @@ def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defau
     def update(explorer: Any) -> str:
         settings = estimate_settings(controls, fixed)
         sync_enabled(controls, settings)
+        show_reasons(explorer.notes, controls, settings)
         report = _estimate(controls["model"].value, **settings)
         explorer.chart.update(report)
         previous, explorer.report = explorer.report, report
