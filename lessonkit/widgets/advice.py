@@ -51,7 +51,7 @@ def phase_html(report: Any, previous: Any = None) -> str:
         ((v, k) for k, v in report.breakdown.items() if v > 0 and k in LABELS),
         reverse=True,
     )[:SHOWN_PARTS]
-    largest = ", ".join(f"{LABELS[k].lower()} {v / GiB:,.1f} GiB" for v, k in parts)
+    largest = ", ".join(f"{_lower(LABELS[k])} {v / GiB:,.1f} GiB" for v, k in parts)
     text = f"Largest there: {html.escape(largest)}."
     if previous is not None and previous.peak_phase != report.peak_phase:
         text += (
@@ -59,6 +59,11 @@ def phase_html(report: Any, previous: Any = None) -> str:
             f"(from the {html.escape(phase_words(previous.peak_phase))}) with this change."
         )
     return text
+
+
+def _lower(label: str) -> str:
+    """'optimizer states' for 'Optimizer states'; 'CUDA context' stays as it is."""
+    return label if label[:2].isupper() else label[0].lower() + label[1:]
 
 
 def search_settings(report: Any) -> dict[str, Any]:
