@@ -480,11 +480,14 @@ def fit_changes(
     more: bool = False,
     one_device: bool = False,
     cached: bool = False,
+    skip_hopeless: bool = False,
 ) -> list[tuple[dict[str, Any], Any]]:
     """Up to ``limit`` changes to a run that make it fit in ``usable_bytes``, cheapest first,
     as (changed estimate() keywords, MemoryReport) pairs; a change that only adds to one
     already found is left out. ``more`` and ``one_device``: see ``fix_candidates``.
-    ``cached``: estimates through ``estimate_cached`` (for a live readout that asks again)."""
+    ``cached``: estimates through ``estimate_cached`` (for a live readout that asks again).
+    ``skip_hopeless``: try each group's last, strongest change first and leave the group
+    out when even that does not fit (fewer estimates for a live readout)."""
     from ..errors import LessonkitError
     from ..memory.estimating import estimate as estimate_afresh
 
@@ -492,6 +495,12 @@ def fit_changes(
 
     found: list[tuple[dict[str, Any], Any]] = []
     for group in fix_candidates(settings, native_bf16, more, one_device):
+        if skip_hopeless and len(group) > 1:
+            try:
+                if not estimate(model, **(settings | group[-1])).fits(usable_bytes):
+                    continue
+            except LessonkitError:
+                pass  # the strongest is refused: try the others
         for change in group:
             change = {k: v for k, v in change.items() if settings.get(k) != v}
             if not change or any(kept.items() <= change.items() for kept, _ in found):

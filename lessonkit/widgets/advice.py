@@ -189,19 +189,21 @@ def _with_smaller_work(
 
 def fixes(report: Any, usable_bytes: float, limit: int = MAX_FIXES) -> list[Advice]:
     """Up to ``limit`` changes that make ``report``'s run fit in ``usable_bytes``, cheapest
-    first (the kit's search), then the largest part's lever with a smaller batch or sequence."""
+    first (the kit's search), then, where none of those is aimed at the largest part of the
+    peak, that part's lever with a smaller batch or sequence."""
     model, settings = report.model, search_settings(report)
     if _fits(model, settings, usable_bytes) is not None:
         return []
     found = [
         (change, new)
         for change, new in fit_changes(
-            model, settings, usable_bytes, limit=limit, more=True, cached=True
+            model, settings, usable_bytes, limit=limit, more=True, cached=True, skip_hopeless=True
         )
         if not _rides_on_the_batch(model, settings, change, usable_bytes)
     ]
     lever = _part_lever(report, settings)
-    if lever is not None and _fits(model, settings | lever, usable_bytes) is None:
+    aimed = lever is not None and any(lever.items() <= change.items() for change, _ in found)
+    if lever is not None and not aimed and _fits(model, settings | lever, usable_bytes) is None:
         for change, new in _with_smaller_work(model, settings, lever, usable_bytes):
             if all(change != kept for kept, _ in found):
                 found.append((change, new))

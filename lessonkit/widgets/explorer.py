@@ -131,6 +131,7 @@ def explorer_class() -> Any:
             self._rows: Callable[[], list[Any]] | None = None
             self._row_pictures: dict[Any, Any] = {}  # (static key, row key) -> saved band
             self._frame_key: Any = None
+            self._encoded: dict[Any, bytes] = {}  # static key -> PNG, where nothing is live
             boxes = [W.HBox([controls[n] for n in row if n in controls]) for row in layout_rows]
             self.initial = {name: control.value for name, control in controls.items()}
             self.reset_button = W.Button(
@@ -247,6 +248,8 @@ def explorer_class() -> Any:
             """The figure as it is now, as PNG bytes."""
             canvas = self.figure.canvas
             key = self._static_key() if self._static_key is not None else None
+            if key is not None and key in self._encoded:  # nothing live: the same picture
+                return bytes(self._encoded[key])
             if key is None:
                 canvas.draw()
             else:
@@ -295,7 +298,12 @@ def explorer_class() -> Any:
                 image = image.convert("RGB")
             buffer = io.BytesIO()
             image.save(buffer, format="png", compress_level=1)
-            return buffer.getvalue()
+            png = buffer.getvalue()
+            if key is not None and self._live is not None and not self._live():
+                while len(self._encoded) >= SAVED_BACKGROUNDS:
+                    self._encoded.pop(next(iter(self._encoded)))
+                self._encoded[key] = png  # e.g. the decision flow: one picture per path
+            return png
 
         def _paint(self, key: Any, live: list[Any]) -> None:
             """Draw the live artists over the restored background. With ``rows`` (bands that

@@ -270,13 +270,32 @@ def chart_note(report: Any, largest_bytes: float, largest: str) -> str:
         else f"does not fit on any single GPU (largest: {largest})."  # as the chart says it
     )
     found = fixes(report, largest_bytes, limit=1)
+    # No figure that moves with every batch here: the note stays in the saved picture while
+    # the slider moves (the readout gives each change's peak).
     advice = (
-        f"Fits with {re.sub(r' [(][^)]*[)]', '', found[0].words)}: "
-        f"{found[0].report.total_bytes / GiB:,.1f}\u00a0GiB."  # never wrapped apart
+        f"Fits with {re.sub(r' [(][^)]*[)]', '', found[0].words)} (peaks in the readout)."
         if found
         else "No change tried makes it fit: a smaller model."
     )
     return f"{head}\n{textwrap.fill(advice, 62)}"
+
+
+AXIS_STEP = 1.5  # above every GPU, the y axis grows in steps of 1.5x
+
+
+def steady_axis(chart: Any, report: Any) -> None:
+    """Above every GPU line, round the y axis' top up to a step of AXIS_STEP, so that most
+    slider moves keep the axis (and the explorer repaints only the bars over a saved picture)."""
+    lines = [size for size, _ in chart.lines]
+    top = chart.ax.get_ylim()[1]
+    if not lines or report.total_bytes / GiB <= max(lines):
+        return
+    base = max(lines) * 1.4  # the top for a peak at the largest GPU
+    steps = max(0, math.ceil(math.log(top / base, AXIS_STEP) - 1e-9))
+    steady = base * AXIS_STEP**steps
+    if steady != top:
+        chart.ax.set_ylim(0, steady)
+        chart._thin_gpu_labels(steady)
 
 
 # ----- the explorers -----------------------------------------------------------------------
@@ -329,6 +348,7 @@ def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defau
         if explorer.chart.note.get_text():  # above every GPU: the search's first change
             chart = explorer.chart
             chart.note.set_text(chart_note(report, chart.largest_bytes, chart.largest_name))
+            steady_axis(chart, report)
         return readout
 
     return explorer_class()(
@@ -598,6 +618,12 @@ def decision_flow_explorer(size: str = "7B", budget: str = "Low") -> Any:
     controls = build_controls(["size", "budget"], {"size": size, "budget": budget}, False)
     figure = new_figure(7.5, 4.2, left=0.0, right=1.0, bottom=0.0, top=1.0)
     ax = figure.add_subplot()
+    answers: dict[tuple[str, str | None], Any] = {}  # (size, budget asked) -> recommendation
+
+    def recommendation(size: str, asked: str | None) -> Any:
+        if (size, asked) not in answers:
+            answers[size, asked] = _recommend(size, budget=asked)
+        return answers[size, asked]
 
     def update(explorer: Any) -> str:
         size, budget = controls["size"].value, controls["budget"].value
@@ -609,7 +635,7 @@ def decision_flow_explorer(size: str = "7B", budget: str = "Low") -> Any:
             planning_charts.update_decision_flow(ax, explorer.drawn, path)  # same boxes, in place
         explorer.path = path
         asked = budget.lower() if "budget" in path else None
-        rec = _recommend(size, budget=asked)
+        rec = recommendation(size, asked)
         explorer.recommendation = rec
         return decision_readout(path, rec)
 
@@ -626,6 +652,11 @@ def decision_flow_explorer(size: str = "7B", budget: str = "Low") -> Any:
     )
     explorer._static_key = lambda: (0, tuple(explorer.path or ()))
     explorer._live = list
+    # Few answers: all of them now (a fraction of a second), so no control change waits for one.
+    for other in MODEL_SIZES:
+        for level in ("Low", "High"):
+            path = planning_charts.decision_path(other, level)
+            recommendation(other, level.lower() if "budget" in path else None)
     return explorer
 
 
