@@ -430,7 +430,7 @@ def fix_candidates(
             b //= 2
     # activation offloading (with checkpointing, as modelled) costs host transfers, not results
     offload = ckpt | {"activation_offload": True}
-    groups: list[list[dict]] = [[ckpt, offload], smaller]
+    groups: list[list[dict[str, Any]]] = [[ckpt, offload], smaller]
     if settings.get("loss", "standard") == "standard":  # no full fp32 logits; same results
         chunked = {"loss": "chunked"}
         groups.insert(1, [chunked, chunked | ckpt])
@@ -517,7 +517,7 @@ def fit_changes(
     return found
 
 
-def change_flags(change: dict) -> str:
+def change_flags(change: dict[str, Any]) -> str:
     """A change as command-line flags: '--gradient-checkpointing --batch-size 2'; flags to
     drop come last: '--gradient-checkpointing, without --no-sync'."""
     words, dropped = [], []
@@ -532,8 +532,12 @@ def change_flags(change: dict) -> str:
 
 
 def vram_fixes(
-    model: object, settings: dict, usable_bytes: int, limit: int = 2, native_bf16: bool = True
-) -> list:
+    model: object,
+    settings: dict[str, Any],
+    usable_bytes: int,
+    limit: int = 2,
+    native_bf16: bool = True,
+) -> list[tuple[str, Any]]:
     """Up to ``limit`` changes to a run that make it fit in ``usable_bytes``, as
     (command-line flags, MemoryReport) pairs (``fit_changes``)."""
     return [

@@ -95,7 +95,7 @@ def build_control(name: str, value: Any, continuous: bool) -> Any:
             "toggle",
         )
     elif name in ("precision", "optimizer", "zero_stage", "lora_dropout"):
-        options = {
+        menus: dict[str, tuple[Any, ...]] = {
             "precision": PRECISIONS,
             "optimizer": OPTIMIZERS,
             "zero_stage": ZERO_STAGES,
@@ -103,7 +103,7 @@ def build_control(name: str, value: Any, continuous: bool) -> Any:
         }
         widget, kind = (
             W.Dropdown(
-                options=list(options[name]),
+                options=list(menus[name]),
                 value=value,
                 description=label,
                 style=style,
@@ -124,13 +124,13 @@ def build_control(name: str, value: Any, continuous: bool) -> Any:
             "slider",
         )
     elif name in ("seq_len", "lora_rank", "n_gpus", "tokens"):
-        options = {
+        steps: tuple[Any, ...] = {
             "seq_len": SEQ_LENS,
             "lora_rank": LORA_RANKS,
             "n_gpus": GPU_COUNTS,
             "tokens": TOKEN_COUNTS,
         }[name]
-        pairs = [(f"{v / 1e6:g}M" if name == "tokens" else str(v), v) for v in options]
+        pairs = [(f"{v / 1e6:g}M" if name == "tokens" else str(v), v) for v in steps]
         widget, kind = (
             W.SelectionSlider(
                 options=pairs,

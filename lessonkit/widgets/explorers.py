@@ -1,24 +1,33 @@
-"""Live explorers for the notebooks, built with core ipywidgets on the charts in charts/memory_charts.py.
+"""Live explorers for the notebooks, built with core ipywidgets on the charts in charts/.
 
-Each explorer returns an ``Explorer`` (widgets/explorer.py: an ipywidgets VBox) with ``.controls``
-(name -> widget, built by widgets/controls.py), ``.readout`` (an HTML widget), ``.output`` (the chart),
-``.figure`` and ``.redraw()``. A change redraws the chart in place as one PNG: every explorer
-changes the artists of one reused figure and repaints only those a change can alter (bars, their
-labels, the title; the cost chart's x axis and legend too) over a saved picture of the rest; the
-decision flow keeps one picture per path through the flow. A control that moves another (a method
-brings its usual precision; a change that rules out a memory saver switches it off) redraws
-once. A callback never raises: a failing estimate is shown as a message in the readout.
+Each explorer returns an ``Explorer`` (widgets/explorer.py: an ipywidgets VBox) with
+``.controls`` (name -> widget, built by widgets/controls.py), ``.readout`` (an HTML widget),
+``.image`` (the chart, an Image widget of PNG bytes, in the box ``.output``), ``.figure`` and
+``.redraw()``. A change redraws the chart in place as one PNG: every explorer changes the
+artists of one reused figure and repaints only those a change can alter (bars, their labels,
+the title; the cost chart's x axis and legend too) over a saved picture of the rest; the
+decision flow keeps one picture per path through the flow. A control that moves another (a
+method brings its usual precision; a change that rules out a memory saver switches it off)
+redraws once. A callback never raises: a failing estimate is shown as a message in the readout.
 
-Where no widget frontend exists (GitHub's viewer, nbconvert without widget state, an untrusted
-reopened notebook) an explorer shows a PNG of its chart; with ``LESSONKIT_STATIC=1`` (papermill
-or nbval runs) it displays only that PNG and the readout text. widgets/explorer.py says more.
+The readout gives the peak per GPU, its phase and largest parts (and when a change moved it to
+another phase), the GPUs it fits on; where it fits none, the changes of the kit's own search
+that make it fit the largest, each with its new peak (widgets/advice.py). Batch sizes are per
+GPU; "single GPU" is said only while one GPU is selected.
+
+Beside the live widget, a static copy of the readout and the chart (hidden while the widget
+lives) is what a notebook opened without its kernel, GitHub's viewer or nbconvert shows; with
+``LESSONKIT_STATIC=1`` (papermill or nbval runs) only that copy is displayed.
+widgets/explorer.py says more.
 
 CSS classes, for browser tests and styling:
   - every explorer: ``lessonkit-explorer`` plus ``lessonkit-vram-explorer``,
     ``lessonkit-gpu-matrix-explorer``, ``lessonkit-environment-explorer`` or
     ``lessonkit-decision-flow-explorer``;
-  - the text readout: ``lessonkit-readout``; the chart's Output: ``lessonkit-chart``; the
-    button that puts every control back where it started: ``lessonkit-button-reset``;
+  - the text readout: ``lessonkit-readout``; the box of the chart's Image: ``lessonkit-chart``;
+    the button that puts every control back where it started: ``lessonkit-button-reset``; why
+    memory savers are greyed out, as text where tooltips do not show (ipywidgets 7):
+    ``lessonkit-notes``; the static copy for viewers without a kernel: ``lessonkit-static``;
   - each control: ``lessonkit-<kind>-<name>``, kind being slider, dropdown, toggle or checkbox:
     ``lessonkit-dropdown-model``, ``lessonkit-toggle-method``, ``lessonkit-dropdown-precision``,
     ``lessonkit-dropdown-optimizer``, ``lessonkit-slider-batch``, ``lessonkit-slider-seq``,
