@@ -46,7 +46,7 @@ CONTROL_NAMES = {
     "method": ("method", "Method"),
     "precision": ("precision", "Precision"),
     "optimizer": ("optimizer", "Optimizer"),
-    "batch_size": ("batch", "Batch per GPU"),
+    "batch_size": ("batch", "Batch size per GPU"),
     "seq_len": ("seq", "Sequence length"),
     "lora_rank": ("rank", "LoRA rank"),
     "lora_dropout": ("dropout", "LoRA dropout"),

@@ -116,7 +116,7 @@ def test_checkpointing_a_full_batch_64_says_the_peak_moved_to_the_optimizer_step
 
 def test_the_batch_is_labelled_per_gpu_in_every_explorer():
     for explorer in (widgets.vram_explorer("7B"), widgets.gpu_matrix_explorer("7B")):
-        assert explorer.controls["batch_size"].description == "Batch per GPU"
+        assert explorer.controls["batch_size"].description == "Batch size per GPU"
     explorer = widgets.vram_explorer("7B", **LONG_LORA)
     assert all(
         "per GPU" in item for item in advice_items(explorer.readout.value) if "batch" in item
