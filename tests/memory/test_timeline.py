@@ -136,7 +136,9 @@ def test_estimated_peak_under_zero(zero):
 
 
 def _local_maxima(values):
-    return sum(1 for a, b, c in zip(values, values[1:], values[2:], strict=False) if b > a and b > c)
+    return sum(
+        1 for a, b, c in zip(values, values[1:], values[2:], strict=False) if b > a and b > c
+    )
 
 
 def test_checkpointing_turns_the_backward_into_a_saw_tooth():
