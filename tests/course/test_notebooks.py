@@ -259,7 +259,11 @@ def test_notebook_1s_explorer_tips_name_its_controls_and_hold() -> None:
     from lessonkit.widgets.explorers import VRAM_CONTROLS
 
     nb = nbformat.read(NOTEBOOK_DIR / NAMES[0], as_version=4)
-    (tips,) = [c.source for c in nb.cells if c.source.startswith("## Try it: the VRAM explorer")]
+    tips = "\n".join(  # the core tips and the Going deeper part on the other controls
+        c.source
+        for c in nb.cells
+        if c.source.startswith(("## Try it: the VRAM explorer", "## Going deeper: the explorer"))
+    )
     named = set(re.findall(r"\*\*(.+?)\*\*", tips.replace("\n  ", " ")))
     labels = {CONTROL_NAMES[n][1] for n in VRAM_CONTROLS}
     assert named <= labels, named - labels
