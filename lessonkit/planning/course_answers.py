@@ -110,7 +110,7 @@ def a100_full_answer(model: Any = "7B") -> CourseAnswer:
         unit="bytes",
         sentence=sentence,
         takeaway=takeaway,
-        topic=r"(A100|80 GB).*full (fine-tun|SFT)|full (fine-tun|SFT).*(A100|80 GB)",
+        topic=r"(A100|80 GB)[^.]*full (fine-tun|SFT)|full (fine-tun|SFT)[^.]*(A100|80 GB)",
         names=(gpu.name,),
     )
 
