@@ -19,12 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 GLOSSARY = ROOT / "docs" / "glossary.md"
-GLOSSARY_URL = (
-    "https://github.com/gpu-survival-guide/gpu-survival-guide/blob/v0.1.0/docs/glossary.md"
+_SETTINGS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]
+GLOSSARY_URL = (  # where the notebooks' badges point (tools/set_repository.py sets both)
+    f"https://github.com/{_SETTINGS['lessonkit']['repository']}/blob/"
+    f"{_SETTINGS['lessonkit']['release']}/docs/glossary.md"
 )
 ENTRY = re.compile(r'<a id="([\w-]+)"></a>\*\*([^*]+)\*\*:')
 SKIPPED = re.compile(

@@ -111,3 +111,11 @@ def test_the_word_count_leaves_out_going_deeper_and_addresses() -> None:
     )
     # "Title four words of prose" and "Check your understanding counted"; marks are no words
     assert course_words.core_words(nb) == 5 + 4
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "exercises").glob("*.ipynb")), ids=lambda p: f"exercises-{p.name[:2]}"
+)
+def test_every_practice_notebook_links_the_glossary(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    assert f"]({glossary_links.GLOSSARY_URL})" in nb.cells[0].source
