@@ -433,6 +433,36 @@ def _fix_from_change(change: dict[str, Any], report: Any, budget: int) -> Fix:
     )
 
 
+# Settings that spread a run over several devices, and what one device runs instead.
+SEVERAL_DEVICES = {"n_gpus": 1, "zero_stage": 0, "offload_optimizer": False, "no_sync": False}
+
+
+def _single_device(m: OOMMessage, gpu: Any) -> str:
+    """What the run is on when it is one device that cannot be joined by more ('' otherwise):
+    a Mac's GPU (MPS: no NCCL, no DeepSpeed), or a one-GPU machine such as the DGX Spark."""
+    if m.backend == "mps":
+        return "A Mac's GPU (MPS)"
+    if gpu is not None and getattr(gpu, "unified_memory", False):
+        return f"The {gpu.name} (one GPU sharing its memory with the CPU)"
+    return ""
+
+
+def _on_one_device(d: Diagnosis, settings: dict[str, Any], single: str) -> None:
+    """Settings for several GPUs (FSDP, ZeRO, DeepSpeed offload) put back to one device, said."""
+    asked = {
+        k: settings[k] for k in SEVERAL_DEVICES if settings.get(k) not in (None, SEVERAL_DEVICES[k])
+    }
+    if not asked:
+        return
+    settings.update({k: SEVERAL_DEVICES[k] for k in asked})
+    words = ", ".join(f"{k}={v!r}" for k, v in asked.items())
+    d.findings.append(
+        f"{single} is a single device: several GPUs, FSDP and DeepSpeed do not run on it, so "
+        f"the run is estimated on that one device (your settings said {words}) and no change "
+        "below adds GPUs."
+    )
+
+
 def _native_bf16(m: OOMMessage | None, gpu: Any) -> bool:
     if gpu is not None:
         return bool(getattr(gpu, "native_bf16", True))
@@ -457,6 +487,9 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
             "batch cannot help; the changes start from batch 1."
         )
         settings["batch_size"] = 1
+    single = _single_device(m, gpu)
+    if single:
+        _on_one_device(d, settings, single)
     settings.setdefault("device", "cuda")
     try:
         report = estimate(description.model, **settings)
@@ -524,7 +557,7 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
     if target <= 0:
         return []
     # A Mac has one GPU, and neither NCCL (FSDP's several GPUs) nor DeepSpeed runs on MPS.
-    mps = m.backend == "mps"
+    mps = m.backend == "mps" or bool(single)
     found = fit_changes(
         description.model,
         full,
