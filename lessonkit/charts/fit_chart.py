@@ -115,6 +115,7 @@ def draw_gpu_fit(
         "fits": [],
         "need": 0.0,
         "words": [],
+        "title": "",
     }
     ax.add_artist(_fit_placer(ax, drawn))
     update_gpu_fit(ax, drawn, report, settings=settings)
@@ -156,9 +157,7 @@ def update_gpu_fit(
     if ax.get_xlim() != (0, right):
         ax.set_xlim(0, right)
     setup = f" {report._settings_line()}\n" if settings else " "
-    title = f"{report.model.name}:{setup}fits on {sum(fits)} of {len(gpus)} GPUs"
-    if ax.get_title() != title:
-        ax.set_title(title, fontsize=FIT_FONT_SIZE)
+    drawn["title"] = f"{report.model.name}:{setup}fits on {sum(fits)} of {len(gpus)} GPUs"
     drawn["fits"] = fits
     place_gpu_fit_labels(ax, drawn)
     return drawn
@@ -170,14 +169,24 @@ def place_gpu_fit_labels(ax: Any, drawn: dict[str, Any], renderer: Any = None) -
     the line. "needs X GiB" goes right of the line, or left of it near the axis' right end."""
     renderer = renderer or ax.figure._get_renderer()
     frame = ax.bbox
-    # a band above the bars as tall as "needs X GiB": the line stops under it
+    # a band above the bars as tall as "needs X GiB": the line stops under it. Where the rows
+    # would then be closer than a label is tall, the title says it instead.
     n, low = len(drawn["sizes"]), -0.7
     below = n - 0.4
-    share = min(0.5, FIT_FONT_SIZE * 1.6 / max(1.0, frame.height * 72 / ax.figure.dpi))
+    height = max(1.0, frame.height * 72 / ax.figure.dpi)  # points
+    share = min(0.5, FIT_FONT_SIZE * 1.6 / height)
     top = (below - share * low) / (1 - share)
+    row = drawn["labels"][0].get_window_extent(renderer).height * 72 / ax.figure.dpi
+    banded = height * (1 - share) / (top - low) >= row + 0.5
+    if not banded:
+        top = n - 0.3
     if ax.get_ylim() != (low, top):
         ax.set_ylim(low, top)
     drawn["need_text"].set_y(below)
+    drawn["need_text"].set_visible(banded)
+    title = drawn["title"] + ("" if banded else f"; needs {drawn['need']:,.1f} GiB (red line)")
+    if ax.get_title() != title:
+        ax.set_title(title, fontsize=FIT_FONT_SIZE)
     to_data = ax.transData.inverted()
     need_x = ax.transData.transform((drawn["need"], 0))[0]
     pad = 4 * ax.figure.dpi / 72

@@ -316,3 +316,18 @@ def test_every_explorer_draws_a_readable_chart():
     ):
         assert explorer.error is None
         readable(explorer.figure)
+
+
+def test_the_gpu_matrix_explorer_shows_the_whole_catalog_readably():
+    pytest.importorskip("ipywidgets")
+    from lessonkit import widgets
+
+    explorer = widgets.gpu_matrix_explorer("7B", method="lora")
+    whole = next(o for o in explorer.controls["gpu_set"].options if "four" not in str(o))
+    explorer.controls["gpu_set"].value = whole
+    assert explorer.error is None
+    readable(explorer.figure)
+    # 27 rows in a 4.6 in figure leave no band above the bars: the title says what is needed
+    ax, drawn = explorer.figure.axes[0], explorer.drawn
+    assert not drawn["need_text"].get_visible()
+    assert f"needs {explorer.report.total_bytes / GiB:,.1f} GiB" in ax.get_title()
