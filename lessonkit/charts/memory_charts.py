@@ -4,8 +4,8 @@ No widgets here (see widgets/explorers.py); matplotlib is imported inside the fu
 importing this module is cheap. ``draw_breakdown`` returns a chart object whose ``update``
 changes the bars in place, which is how the live explorers redraw quickly.
 
-This module draws a run's memory: the breakdown with its GPU lines and which GPUs fit.
-Its neighbours, re-exported here so that ``lessonkit.charts.<name>`` reaches them all:
+This module draws a run's memory: the breakdown with its GPU lines (which GPUs fit:
+charts/fit_chart.py, re-exported here). Its neighbours:
 hardware/gpu_records.py (what is read from a GPU record), charts/planning_charts.py (cost per environment,
 the guide's decision flow), charts/timeline_chart.py (memory over a training step) and charts/palette.py
 (the colours).
@@ -25,23 +25,24 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..errors import LessonkitError
-
-# Re-exported: ``lessonkit.charts.<name>`` is the one place the notebooks and tests look.
 from ..hardware.gpu_records import (
     catalog_gpus,
     field,
-    fit_note,
-    gpu_fits,
     gpu_label,
     gpu_memory_gb,
     gpu_usable_bytes,
-    headroom_text,
-    price_text,
     usable_text,
 )
 from ..memory.report import CATEGORIES, LABELS, MemoryReport
 from ..units import GiB
-from .palette import ALERT_COLOR, CATEGORY_COLORS, FIT_COLOR, NO_FIT_COLOR
+
+# The GPU fit chart, re-exported here, where the explorers look for it.
+from .fit_chart import draw_gpu_fit as draw_gpu_fit
+from .fit_chart import gpu_fit_height as gpu_fit_height
+from .fit_chart import gpu_fit_live_artists as gpu_fit_live_artists
+from .fit_chart import update_gpu_fit as update_gpu_fit
+from .layout import clear_of
+from .palette import ALERT_COLOR, CATEGORY_COLORS
 
 # The sizes cards are sold as ("24 GB", really GiB) of common training GPUs: the breakdown
 # chart draws a line at the usable memory of the catalog's card of each size.
@@ -99,7 +100,14 @@ def _segments(report: MemoryReport) -> dict[str, float]:
     return seg
 
 
-LABEL_HEIGHT = 0.055  # a GPU line's label, as a fraction of the axis height (7.5 pt text)
+FONT_SIZE = 9  # every text of the breakdown, at the size it is shown (see charts/layout.py)
+LABEL_POINTS = FONT_SIZE * 1.4  # a GPU line's label is this tall, in points
+
+
+def label_height(ax: Any) -> float:
+    """A GPU line's label as a fraction of the axis height."""
+    height = ax.get_position().height * ax.figure.get_size_inches()[1] * 72
+    return LABEL_POINTS / height if height > 0 else 1.0
 
 
 def axis_top(peaks: Sequence[float], lines: Sequence[float]) -> float:
@@ -143,6 +151,13 @@ def default_label(report: MemoryReport) -> str:
     return label
 
 
+def _gib_ticks() -> Any:
+    """Tick labels in GiB, thousands as 'k' (a huge run's axis stays as narrow as a small one's)."""
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda value, _: f"{value / 1000:g}k" if value >= 10_000 else f"{value:g}")
+
+
 class BreakdownChart:
     """Stacked bars of MemoryReport breakdowns (GiB) with dashed lines at common GPUs' usable
     memory; ``update`` redraws in place."""
@@ -158,6 +173,8 @@ class BreakdownChart:
         self.peak_texts: list[Any] = []
         self.n_bars = -1
         ax.set_ylabel("Peak memory per GPU (GiB)")
+        ax.tick_params(labelsize=FONT_SIZE)
+        ax.yaxis.set_major_formatter(_gib_ticks())
         self.gpu_lines = []
         self.gpu_texts = []
         for size, label in self.lines:
@@ -170,7 +187,7 @@ class BreakdownChart:
                     transform=ax.get_yaxis_transform(),
                     ha="right",
                     va="bottom",
-                    fontsize=7.5,
+                    fontsize=FONT_SIZE,
                     color="0.25",
                     clip_on=True,
                     zorder=4,
@@ -188,11 +205,13 @@ class BreakdownChart:
             fontweight="bold",
             zorder=5,
         )
-        self.legend = None
+        self.legend: Any = None
         self.show_other = False
         self.legend_version = 0
         self.xlabels: tuple[str, ...] = ()
         self._over_bars: list[Any] | None = None
+        self._top = 1.0
+        ax.add_artist(_breakdown_placer(self))
 
     def _build(self, n: int) -> None:
         for container in self.containers.values():
@@ -211,9 +230,18 @@ class BreakdownChart:
             )
             for key in (*CATEGORIES, "other")
         }
+        # On a white ground: a GPU line at the bar's height stops at the label.
         self.peak_texts = [
             self.ax.text(
-                i, 0, "", ha="center", va="bottom", fontsize=9, fontweight="bold", zorder=5
+                i,
+                0,
+                "",
+                ha="center",
+                va="bottom",
+                fontsize=FONT_SIZE,
+                fontweight="bold",
+                zorder=5,
+                bbox=dict(fc="white", ec="none", pad=1),
             )
             for i in x
         ]
@@ -225,24 +253,20 @@ class BreakdownChart:
     def _legend(self, show_other: bool) -> None:
         keys = [*CATEGORIES, "other"] if show_other else list(CATEGORIES)
         handles = [self.containers[k] for k in reversed(keys)]
-        from matplotlib.legend import Legend
-
         if self.legend is not None:
             self.legend.remove()
-        # Placed beside the axes but owned by the figure: a live redraw can then repaint the
-        # axes alone over a saved picture of the rest (the legend changes rarely).
-        legend = Legend(
-            self.ax,
+        # The axes' own legend, beside them: a notebook's tight layout makes room for it.
+        legend = self.ax.legend(
             handles,
             [h.get_label() for h in handles],
-            fontsize=7.5,
+            fontsize=FONT_SIZE,
             loc="upper left",
-            bbox_to_anchor=(1.01, 1.0),
+            bbox_to_anchor=(1.0, 1.0),
+            handlelength=1.2,
+            handletextpad=0.5,
+            borderaxespad=0.3,
             frameon=False,
         )
-        figure = self.ax.figure
-        figure.legends.append(legend)
-        legend._remove_method = figure.legends.remove
         self.legend = legend
         self.show_other = show_other
         self.legend_version += 1
@@ -270,7 +294,7 @@ class BreakdownChart:
                 patch.set_height(segments[i][key])
                 bottoms[i] += segments[i][key]
         too_big = []
-        for i, (report, text) in enumerate(zip(reports, self.peak_texts, strict=True)):
+        for i, (report, text) in enumerate(zip(reports, self.peak_texts, strict=False)):
             text.set_position((i, report.total_bytes / GiB))
             text.set_text(f"{report.total_bytes / GiB:,.1f} GiB")
             big = report.total_bytes > self.largest_bytes
@@ -279,11 +303,12 @@ class BreakdownChart:
                 too_big.append(i)
         xlabels = tuple(labels) if labels is not None else tuple(default_label(r) for r in reports)
         if xlabels != self.xlabels:
-            self.ax.set_xticklabels(list(xlabels), fontsize=8)
+            self.ax.set_xticklabels(self._wrapped(xlabels), fontsize=FONT_SIZE)
             self.xlabels = xlabels
         top = axis_top([r.total_bytes / GiB for r in reports], [s for s, _ in self.lines])
         self.ax.set_ylim(0, top)
-        self._thin_gpu_labels(top)
+        self._top = top
+        self.place()
         if too_big:
             which = "" if len(reports) == 1 else f"Bar {', '.join(str(i + 1) for i in too_big)}: "
             self.note.set_text(
@@ -295,26 +320,54 @@ class BreakdownChart:
         if len(reports) == 1:
             title = reports[0]._settings_line()
             # a long one (every saver, several GPUs) a size smaller, so it stays on the figure
-            self.ax.set_title(title, fontsize=9 if len(title) <= 90 else 8)
+            self.ax.set_title(textwrap.fill(title, 100), fontsize=FONT_SIZE)
+
+    def _wrapped(self, labels: Sequence[str]) -> list[str]:
+        """The bars' names, each line wrapped to the width between two bars."""
+        ax = self.ax
+        width = ax.get_position().width * ax.figure.get_size_inches()[0] * 72
+        left, right = ax.get_xlim()
+        chars = max(8, int(width / (right - left) / (0.62 * FONT_SIZE)))
+        return [
+            "\n".join(textwrap.fill(line, chars) for line in label.split("\n")) for label in labels
+        ]
+
+    def place(self, renderer: Any = None) -> None:
+        """Which GPU lines' labels show (see ``_thin_gpu_labels``), then none over a bar's peak
+        label; called again when drawing, once the axes have their final size."""
+        self._thin_gpu_labels(self._top)
+        renderer = renderer or self.ax.figure._get_renderer()
+        peaks = [t.get_window_extent(renderer) for t in self.peak_texts if t.get_text()]
+        for text in self.gpu_texts:
+            if text.get_visible() and not clear_of(text.get_window_extent(renderer), peaks):
+                text.set_visible(False)
 
     def _thin_gpu_labels(self, top: float) -> None:
-        # A label sits on top of its line and is LABEL_HEIGHT of the axis tall: it is shown only
-        # where no other line crosses it and it does not overlap the last label shown.
-        height = LABEL_HEIGHT * top
+        # A label sits on top of its line and is label_height() of the axis tall: it is shown
+        # only where no other line crosses it and it does not overlap the last label shown.
+        height = label_height(self.ax) * top
         sizes = [size for size, _ in self.lines]
         shown = -math.inf
-        for i, (size, text) in enumerate(zip(sizes, self.gpu_texts, strict=True)):
+        for i, (size, text) in enumerate(zip(sizes, self.gpu_texts, strict=False)):
             above = sizes[i + 1] if i + 1 < len(sizes) else math.inf
             visible = size - shown >= height and above - size >= height and size < top - height
             text.set_visible(visible)
             if visible:
                 shown = size
 
-    def static_key(self) -> tuple:
+    def static_key(self) -> tuple[Any, ...]:
         """Changes whenever anything but the live artists (see ``live_artists``) changes: a
         picture of the rest can be reused while it stays the same."""
         note = self.note.get_text() if self._note_apart() else None
-        return (self.legend_version, self.n_bars, tuple(self.ax.get_ylim()), self.xlabels, note)
+        shown = tuple(text.get_visible() for text in self.gpu_texts)
+        return (
+            self.legend_version,
+            self.n_bars,
+            tuple(self.ax.get_ylim()),
+            self.xlabels,
+            shown,
+            note,
+        )
 
     def live_artists(self) -> list[Any]:
         """What a control change redraws, in drawing order: bars, spines, GPU labels, peak labels,
@@ -369,6 +422,21 @@ class BreakdownChart:
         ]
 
 
+def _breakdown_placer(chart: BreakdownChart) -> Any:
+    """An invisible artist drawn first in its axes: it places the chart's labels again once the
+    axes have their final size (a notebook's tight layout sets it only when drawing)."""
+    from matplotlib.artist import Artist
+
+    class Placer(Artist):
+        def draw(self, renderer: Any) -> None:
+            if chart.n_bars > 0:
+                chart.place(renderer)
+
+    placer = Placer()
+    placer.set_zorder(-100)
+    return placer
+
+
 def draw_breakdown(
     ax: Any,
     reports: MemoryReport | Sequence[MemoryReport],
@@ -380,120 +448,3 @@ def draw_breakdown(
     chart = BreakdownChart(ax, gpu_sizes)
     chart.update(reports, labels)
     return chart
-
-
-# ----- which GPUs fit ----------------------------------------------------------------------
-def draw_gpu_fit(
-    ax: Any, report: MemoryReport, gpus: Sequence[Any], *, settings: bool = True
-) -> dict[str, Any]:
-    """One bar per GPU (usable memory, GiB), coloured by whether the report's peak fits on it.
-
-    The required peak is a vertical line; labels give the headroom (or shortfall) and the price
-    per hour; the guide's four GPUs (``in_guide``) are drawn with a dark edge and bold names.
-    ``update_gpu_fit`` shows another report on the same artists. With ``settings=False`` the
-    title leaves out the setup (an explorer shows it in its readout, and a title that changes
-    less often stays in its saved picture).
-    """
-    gpus = sorted(gpus, key=lambda g: (gpu_usable_bytes(g), gpu_label(g)))
-    if not gpus:
-        raise LessonkitError("draw_gpu_fit needs at least one GPU record.")
-    sizes = [gpu_usable_bytes(g) / GiB for g in gpus]
-    guide = [bool(field(g, "in_guide", default=False)) for g in gpus]
-    y = list(range(len(gpus)))
-    bars = ax.barh(
-        y,
-        sizes,
-        height=0.65,
-        color=NO_FIT_COLOR,
-        edgecolor=["black" if g else "none" for g in guide],
-        linewidth=1.4,
-        zorder=2,
-    )
-    ax.set_yticks(y)
-    ax.set_yticklabels(
-        [
-            f"{gpu_label(g)}{' *' if gd else ''} ({gpu_memory_gb(g):g} GB card)"
-            for g, gd in zip(gpus, guide, strict=True)
-        ],
-        fontsize=8,
-    )
-    for tick, gd in zip(ax.get_yticklabels(), guide, strict=True):
-        tick.set_fontweight("bold" if gd else "normal")
-    labels = [ax.text(0, i, "", va="center", fontsize=7.5) for i in y]
-    line = ax.axvline(0, color=ALERT_COLOR, lw=1.6, zorder=3)
-    need_text = ax.text(
-        0,
-        0.995,
-        "",
-        transform=ax.get_xaxis_transform(),
-        ha="left",
-        va="top",
-        fontsize=8,
-        color=ALERT_COLOR,
-        bbox=dict(fc="white", ec="none", pad=1),
-        zorder=4,
-    )
-    ax.set_ylim(-0.7, len(gpus) - 0.3)
-    ax.set_xlabel("Memory one device offers to PyTorch (GiB); * = in the guide's matrix")
-    drawn = {
-        "bars": bars,
-        "labels": labels,
-        "line": line,
-        "need_text": need_text,
-        "gpus": gpus,
-        "sizes": sizes,
-        "fits": [],
-    }
-    update_gpu_fit(ax, drawn, report, settings=settings)
-    return drawn
-
-
-def update_gpu_fit(
-    ax: Any, drawn: dict[str, Any], report: MemoryReport, *, settings: bool = True
-) -> dict[str, Any]:
-    """Show ``report`` on a chart from ``draw_gpu_fit``: colours, labels, the line and the title
-    change in place (the bars' lengths and names stay)."""
-    gpus, sizes = drawn["gpus"], drawn["sizes"]
-    need = report.total_bytes / GiB
-    fits = [gpu_fits(g, report) for g in gpus]
-    # The x axis grows in steps of 1.5x past the largest GPU, so most changes keep it (and the
-    # explorer repaints only what changed).
-    steps = math.ceil(math.log(need / max(sizes), 1.5)) if need > max(sizes) else 0
-    right = max(sizes) * 1.45 * 1.5**steps
-    for i, (gpu, size, fit, patch, label) in enumerate(
-        zip(gpus, sizes, fits, drawn["bars"].patches, drawn["labels"], strict=True)
-    ):
-        patch.set_facecolor(FIT_COLOR if fit else NO_FIT_COLOR)
-        text = headroom_text(gpu, report)
-        note = fit_note(gpu, report)
-        if note:
-            text = f"{text}; {note}"
-        price = price_text(gpu)
-        label.set_text(text + (f"  {price}" if price else ""))
-        label.set_position((size + right * 0.01, i))
-        label.set_color("black" if fit else ALERT_COLOR)
-    drawn["line"].set_xdata([need, need])
-    drawn["need_text"].set_position((need + right * 0.008, 0.995))
-    drawn["need_text"].set_text(f"needs {need:,.1f} GiB")
-    if ax.get_xlim() != (0, right):
-        ax.set_xlim(0, right)
-    setup = f" {report._settings_line()}\n" if settings else " "
-    title = f"{report.model.name}:{setup}fits on {sum(fits)} of {len(gpus)} GPUs"
-    if ax.get_title() != title:
-        ax.set_title(title, fontsize=9)
-    drawn["fits"] = fits
-    return drawn
-
-
-def gpu_fit_live_artists(ax: Any, drawn: dict[str, Any]) -> list[Any]:
-    """What a new report changes on a ``draw_gpu_fit`` chart, in drawing order (bars under the
-    spines, labels and the line, as in a full draw). The title is not among them: an explorer
-    keeps it in its saved picture (its static key holds the title)."""
-    artists = [
-        *drawn["bars"].patches,
-        *ax.spines.values(),
-        *drawn["labels"],
-        drawn["line"],
-        drawn["need_text"],
-    ]
-    return sorted(artists, key=lambda a: a.get_zorder())

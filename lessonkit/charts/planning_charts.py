@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +19,26 @@ from ..errors import LessonkitError, choose
 from ..hardware.gpu_records import field
 from ..units import format_hours, parse_count
 from .palette import ALERT_COLOR, TIER_COLORS
+
+FONT_SIZE = 9  # every text, at the size the chart is shown (see charts/layout.py)
+
+
+def not_possible_text(note: str, chars: int = 60) -> str:
+    """A row's label where the run is not possible: the reason's first clause (the whole
+    reason is in the explorer's readout and the rows), on at most two lines of ``chars``."""
+    if not note:
+        return "not possible"
+    clause = re.split(r"[:;] ", note, maxsplit=1)[0].strip().rstrip(".")
+    lines = textwrap.wrap(f"not possible: {clause}", max(20, chars))
+    if len(lines) > 2:
+        lines = [lines[0], textwrap.shorten(" ".join(lines[1:]), max(20, chars), placeholder="…")]
+    return "\n".join(lines)
+
+
+def _label_chars(ax: Any) -> int:
+    """How many characters of a 9 pt label fit across the axes."""
+    width = ax.get_position().width * ax.figure.get_size_inches()[0] * 72
+    return int(width * 0.95 / (0.6 * FONT_SIZE))
 
 
 def environment_row(row: Any) -> dict[str, Any]:
@@ -43,10 +64,11 @@ def draw_environment_costs(ax: Any, rows: Sequence[Any]) -> dict[str, Any]:
         raise LessonkitError("draw_environment_costs needs at least one row.")
     y = list(range(len(data)))[::-1]  # first row on top
     bars = ax.barh(y, [0.0] * len(data), height=0.6, zorder=2)
-    labels = [ax.text(0, yi, "", va="center", fontsize=7.5) for yi in y]
+    labels = [ax.text(0, yi, "", va="center", fontsize=FONT_SIZE) for yi in y]
     ax.set_yticks(y)
-    ax.set_yticklabels([textwrap.fill(d["name"], 24) for d in data], fontsize=8)
-    ax.set_xlabel("Cost of the run (USD)")
+    ax.set_yticklabels([textwrap.fill(d["name"], 22) for d in data], fontsize=FONT_SIZE)
+    ax.tick_params(axis="x", labelsize=FONT_SIZE)
+    ax.set_xlabel("Cost of the run (USD)", fontsize=FONT_SIZE)
     drawn = {
         "bars": bars,
         "labels": labels,
@@ -54,7 +76,9 @@ def draw_environment_costs(ax: Any, rows: Sequence[Any]) -> dict[str, Any]:
         "legend": None,
         "tiers": None,
         "names": [d["name"] for d in data],
+        "costs": [],
     }
+    ax.add_artist(_environment_placer(ax, drawn))
     update_environment_costs(ax, drawn, rows)
     return drawn
 
@@ -74,12 +98,12 @@ def update_environment_costs(ax: Any, drawn: dict[str, Any], rows: Sequence[Any]
     # only the bars and their labels over a saved picture of the axis).
     right = 1.6 * 1.5 ** max(0, math.ceil(math.log(max([*costs, 1.0]), 1.5) - 1e-9))
     for i, (d, cost, patch, label) in enumerate(
-        zip(data, costs, drawn["bars"].patches, drawn["labels"], strict=True)
+        zip(data, costs, drawn["bars"].patches, drawn["labels"], strict=False)
     ):
         patch.set_width(cost)
         patch.set_facecolor(TIER_COLORS.get(d["tier"], "#4C72B0"))
         if d["cost"] is None:
-            text, color = f"not possible: {d['note']}" if d["note"] else "not possible", ALERT_COLOR
+            text, color = not_possible_text(d["note"], _label_chars(ax)), ALERT_COLOR
         else:
             hours = d["hours"]
             text = f"${cost:,.2f}"
@@ -90,9 +114,12 @@ def update_environment_costs(ax: Any, drawn: dict[str, Any], rows: Sequence[Any]
             color = "black"
         label.set_text(text)
         label.set_position((cost + right * 0.01, len(data) - 1 - i))
+        label.set_horizontalalignment("left")
         label.set_color(color)
     if ax.get_xlim() != (0, right):
         ax.set_xlim(0, right)
+    drawn["costs"], drawn["rows"] = costs, data
+    place_environment_labels(ax, drawn)
     tiers = [t for t in TIER_COLORS if any(d["tier"] == t for d in data)]
     if tiers != drawn["tiers"]:
         from matplotlib.patches import Patch
@@ -102,17 +129,16 @@ def update_environment_costs(ax: Any, drawn: dict[str, Any], rows: Sequence[Any]
         drawn["legend"] = (
             ax.legend(
                 handles=[Patch(color=TIER_COLORS[t], label=t) for t in tiers],
-                title="tier",
-                fontsize=7,
-                title_fontsize=7,
+                fontsize=FONT_SIZE,
                 ncol=2,
-                columnspacing=0.8,
-                handlelength=1.2,
+                columnspacing=0.6,
+                handlelength=0.8,
+                handletextpad=0.4,
                 loc="lower right",
-                bbox_to_anchor=(-0.02, 0.0),
+                bbox_to_anchor=(-0.01, 0.0),
                 bbox_transform=_corner(ax),
                 borderaxespad=0.2,
-                borderpad=0.2,
+                borderpad=0.1,
                 labelspacing=0.3,
                 frameon=False,
             )
@@ -124,6 +150,40 @@ def update_environment_costs(ax: Any, drawn: dict[str, Any], rows: Sequence[Any]
     return drawn
 
 
+def place_environment_labels(ax: Any, drawn: dict[str, Any], renderer: Any = None) -> None:
+    """A label that would run past the axes' right edge goes inside its bar, in white."""
+    renderer = renderer or ax.figure._get_renderer()
+    frame = ax.bbox
+    pad = 3 * ax.figure.dpi / 72
+    to_data = ax.transData.inverted()
+    for cost, label, row in zip(drawn["costs"], drawn["labels"], drawn["rows"], strict=True):
+        if row["cost"] is None:
+            continue
+        end = ax.transData.transform((cost, 0))[0]
+        label.set_horizontalalignment("left")
+        label.set_color("black")
+        label.set_x(to_data.transform((end + pad, 0))[0])
+        box = label.get_window_extent(renderer)
+        if box.x1 > frame.x1 - pad and end - pad - box.width > frame.x0 + pad:
+            label.set_horizontalalignment("right")
+            label.set_color("white")
+            label.set_x(to_data.transform((end - pad, 0))[0])
+
+
+def _environment_placer(ax: Any, drawn: dict[str, Any]) -> Any:
+    """An invisible artist drawn first: it places the labels again once the axes have their
+    final size (a notebook's tight layout sets it only when drawing)."""
+    from matplotlib.artist import Artist
+
+    class Placer(Artist):
+        def draw(self, renderer: Any) -> None:
+            place_environment_labels(ax, drawn, renderer)
+
+    placer = Placer()
+    placer.set_zorder(-100)
+    return placer
+
+
 def _corner(ax: Any) -> Any:
     """Coordinates in which (0, 0) is the lower left corner of the axes and (x, 0) lies on the
     figure's bottom edge: the legend of tiers sits under the row names, outside the axes."""
@@ -132,13 +192,13 @@ def _corner(ax: Any) -> Any:
     return blended_transform_factory(ax.transAxes, ax.figure.transFigure)
 
 
-def environment_costs_static_key(ax: Any, drawn: dict[str, Any]) -> tuple:
+def environment_costs_static_key(ax: Any, drawn: dict[str, Any]) -> tuple[Any, ...]:
     """What the rest of a ``draw_environment_costs`` chart shows besides
     ``environment_costs_live_artists``: the rows, the x axis, the legend, the title and the
     labels of rows that are not possible (they stay as long as the note does)."""
     fixed = tuple(
         (i, label.get_text())
-        for i, (d, label) in enumerate(zip(drawn["rows"], drawn["labels"], strict=True))
+        for i, (d, label) in enumerate(zip(drawn["rows"], drawn["labels"], strict=False))
         if d["cost"] is None
     )
     return (
@@ -157,7 +217,7 @@ def environment_costs_live_artists(ax: Any, drawn: dict[str, Any]) -> list[Any]:
     reach (a long label may cross the right one), so they stay in the saved picture."""
     labels = [
         label
-        for d, label in zip(drawn["rows"], drawn["labels"], strict=True)
+        for d, label in zip(drawn["rows"], drawn["labels"], strict=False)
         if d["cost"] is not None
     ]
     artists = [*drawn["bars"].patches, ax.spines["left"], *labels]
@@ -173,7 +233,7 @@ def environment_costs_rows(ax: Any, drawn: dict[str, Any]) -> list[tuple[Any, An
 
     box, n = ax.bbox, len(drawn["names"])
     rows = []
-    for i, (patch, label) in enumerate(zip(drawn["bars"].patches, drawn["labels"], strict=True)):
+    for i, (patch, label) in enumerate(zip(drawn["bars"].patches, drawn["labels"], strict=False)):
         y = n - 1 - i
         low, high = sorted(ax.transData.transform([(0, y - 0.5), (0, y + 0.5)])[:, 1])
         band = Bbox([[box.x0 - 3, max(low, box.y0)], [ax.figure.bbox.x1, min(high, box.y1)]])
@@ -242,7 +302,7 @@ def draw_decision_flow(ax: Any, path: Sequence[str] | None = None) -> dict[str, 
     ax.set_axis_off()
     for x0, x1, title in ((0.005, 0.275, "Consumer edge"), (0.305, 0.995, "Cloud core")):
         ax.add_patch(Rectangle((x0, 0.02), x1 - x0, 0.23, fill=False, ls=":", ec="0.5", lw=1))
-        ax.text(x0 + 0.01, 0.235, title, fontsize=7.5, color="0.4", va="top")
+        ax.text(x0 + 0.01, 0.03, title, fontsize=FONT_SIZE, color="0.4", va="bottom")
     nodes = {}
     for key, (text, x, y, shape) in FLOW_NODES.items():
         style = "round,pad=0.5" if shape == "box" else "round4,pad=0.6"
@@ -264,10 +324,10 @@ def draw_decision_flow(ax: Any, path: Sequence[str] | None = None) -> dict[str, 
         )
         if label:
             edge_labels[(a, b)] = ax.text(
-                (xa + xb) / 2 + 0.015,
+                (xa + xb) / 2 + 0.035,
                 (ya + yb) / 2,
                 label,
-                fontsize=8.5,
+                fontsize=FONT_SIZE,
                 ha="left",
                 zorder=4,
                 bbox=dict(fc="white", ec="none", pad=0.5),

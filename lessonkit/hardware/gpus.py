@@ -297,6 +297,27 @@ def _memory_disagrees(gpu: GPU, memory_bytes: float) -> bool:
     return abs(gpu.usable_bytes - memory_bytes) > 0.15 * gpu.usable_bytes
 
 
+# A device's total_memory varies a little with the driver (a T4 prints 14.74 or 14.75 GiB):
+# a message's figure this close to a card's usable memory is that card (0.1%: the A100 80GB's
+# 79.2 and the H100 SXM's 79.1 GiB stay apart).
+SAME_CARD_SHARE = 0.001
+
+
+def card_with_total(total_bytes: float) -> GPU | None:
+    """The catalog card a device reporting ``total_bytes`` to PyTorch is, by its usable memory
+    (within SAME_CARD_SHARE), when the cards that close all have the same figure; else None.
+    Its ``usable_bytes`` is then the one figure the course gives for that device."""
+    close = [
+        g
+        for g in _catalog().values()
+        if not g.unified_memory
+        and abs(g.usable_bytes - total_bytes) <= SAME_CARD_SHARE * g.usable_bytes
+    ]
+    if not close or len({g.usable_bytes for g in close}) > 1:
+        return None
+    return min(close, key=lambda g: (not g.in_guide, g.price_per_hour is None, g.name))
+
+
 def get_gpu(name: str | GPU) -> GPU:
     """A catalog GPU by name, forgiving case, spaces, dashes and vendor words.
 

@@ -43,13 +43,16 @@ def device_lines(spec: ModelSpec, devices: list[Any]) -> list[str]:
             f"for {spec.name} are in lessonkit.estimate()."
         ]
     native = True if first.native_bf16 is None else bool(first.native_bf16)
+    free = min(
+        (d.free_memory_bytes for d in group if d.free_memory_bytes is not None), default=None
+    )
+    shared = _unified(first)
+    if shared is not None:
+        return _unified_lines(spec, first, shared, total, free, len(group), native)
     label = f"{total / GiB:.1f} GiB {first.catalog_name or first.name}"
     lines = [fit_sentence(spec, label, total, len(group), native)]
     if len(group) > 1:
         lines.append("One of them alone: " + fit_sentence(spec, label, total, 1, native))
-    free = min(
-        (d.free_memory_bytes for d in group if d.free_memory_bytes is not None), default=None
-    )
     if free is not None and free < 0.9 * total:
         lines.append(
             f"Only {free / GiB:.1f} GiB is free right now: with that, "
@@ -61,6 +64,29 @@ def device_lines(spec: ModelSpec, devices: list[Any]) -> list[str]:
             "with the system, and QLoRA (bitsandbytes) is not available."
         )
     return lines
+
+
+def _unified(device: Any) -> Any:
+    """The catalog record of a CUDA device whose memory is the computer's RAM (DGX Spark)."""
+    if device.backend != "cuda" or not device.catalog_name:
+        return None
+    try:
+        gpu = get_gpu(device.catalog_name)
+    except LessonkitError:
+        return None
+    return gpu if gpu.unified_memory else None
+
+
+def _unified_lines(
+    spec: ModelSpec, device: Any, gpu: Any, total: int, free: int | None, count: int, native: bool
+) -> list[str]:
+    """On unified memory, total_memory is the whole pool the OS and the CPU side share: a run
+    is judged against what is free for it (torch.cuda.mem_get_info), or without that reading
+    against the catalog's usable figure, never against total_memory."""
+    usable = free if free is not None else gpu.usable_bytes
+    where = "free now" if free is not None else "usable on an idle machine"
+    label = f"{usable / GiB:.1f} GiB {gpu.name} ({where} of {total / GiB:.1f} GiB total_memory)"
+    return [fit_sentence(spec, label, usable, count, native, gpu=gpu)]  # with the note
 
 
 def no_gpu_lines(spec: ModelSpec) -> list[str]:

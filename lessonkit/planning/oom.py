@@ -17,16 +17,23 @@ diagnosis is made or printed.
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
-from ..safe_repr import describe_error
+from ..safe_repr import describe_error, short_str
 from ..units import GiB
 from .oom_messages import WORDINGS, OOMMessage, parse_oom
 
 MORE_FIXES = 5
+# The message's figures are rounded (to 0.01 GiB): memory "held elsewhere" below this is their
+# rounding, not another process.
+ROUNDING = 16 * 2**20
+LONGEST_PROBLEM = 2000  # characters of one problem shown
+WIDTH = 88  # the doctor's lines are wrapped between words at this width
 # "Large": reserved-but-unallocated or other processes' memory above this share of the card.
 LARGE_SHARE = 0.05
 MIN_LARGE = 512 * 2**20
@@ -100,6 +107,7 @@ class Diagnosis:
     budget_bytes: int | None = None
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    card: Any = field(default=None, repr=False)  # the catalog card the message's device is
 
     @property
     def first_fix(self) -> Fix | None:
@@ -107,16 +115,29 @@ class Diagnosis:
 
     def __str__(self) -> str:
         try:
-            return self._text()
+            return self.text()
         except Exception as err:  # a bug here must not hide the user's own error
             return (
                 "Out of memory, by the look of the message; the doctor could not say more "
                 f"({describe_error(err)})."
             )
 
-    def _text(self) -> str:
+    def text(self, width: int | None = WIDTH) -> str:
+        """The diagnosis as text, its lines wrapped between words at ``width`` (a number stays
+        with its unit: "1,002 MiB"); ``width=None`` leaves each finding on one line."""
+        lines = self._lines()
+        if width is None:
+            return "\n".join(lines)
+        return "\n".join(
+            wrapped
+            for text in lines
+            for line in text.split("\n")
+            for wrapped in wrap_line(line, width)
+        )
+
+    def _lines(self) -> list[str]:
         if not self.recognized:
-            return "\n".join([NOT_OOM, *self.problems])
+            return [NOT_OOM, *(short_str(p, LONGEST_PROBLEM) for p in self.problems)]
         m = self.message
         lines = [_headline(m)]
         if m is not None and m.unreadable:
@@ -135,10 +156,11 @@ class Diagnosis:
                 + (" (estimated peak per GPU):" if any(f.peak_bytes for f in self.fixes) else ":")
             )
             lines += [f"  {i}. {fix.line()}" for i, fix in enumerate(self.fixes, 1)]
-        lines += [f"  ! {p}" for p in self.problems]
+        # a problem quotes what it was given: a huge value is shown shortened
+        lines += [f"  ! {short_str(p, LONGEST_PROBLEM)}" for p in self.problems]
         if self.notes:
             lines += ["Read from your settings:"] + [f"  - {n}" for n in self.notes]
-        return "\n".join(lines)
+        return lines
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
@@ -166,6 +188,31 @@ class Diagnosis:
         }
 
 
+_BULLET = re.compile(r"\s*(?:- |! |\d+\. )?")
+_WITH_UNIT = re.compile(r"(\d) (?=(?:GiB|MiB|KiB|GB|MB|bytes|tokens|per)\b)")
+_TIMES = re.compile(r"(\d) x (?=\d)")
+_KEEP = "\u2060"  # holds a number and its unit together while wrapping
+
+
+def wrap_line(line: str, width: int = WIDTH) -> list[str]:
+    """One line of the diagnosis wrapped between words at ``width``, under its own bullet
+    ("  - ", "  1. ", "  ! "); never inside a number, nor between a number and its unit."""
+    if len(line) <= width:
+        return [line]
+    bullet = _BULLET.match(line)
+    indent = " " * (bullet.end() if bullet else 0)
+    kept = _WITH_UNIT.sub(lambda match: match.group(1) + _KEEP, line)
+    kept = _TIMES.sub(lambda match: match.group(1) + _KEEP + "x" + _KEEP, kept)  # "8 x 2048"
+    pieces = textwrap.wrap(
+        kept,
+        width,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return [piece.replace(_KEEP, " ") for piece in pieces] or [line]
+
+
 def _headline(m: OOMMessage | None) -> str:
     if m is None:
         return "Out of memory (the message itself could not be read)."
@@ -174,8 +221,8 @@ def _headline(m: OOMMessage | None) -> str:
         m.backend, f"{gpu} ({m.backend.upper()})"
     )
     text = f"Out of memory on {where}, in the words of {WORDINGS[m.wording]}"
-    if m.tried_bytes is not None:
-        text += f": it tried to allocate {gib(m.tried_bytes)}"
+    if m.tried_bytes is not None:  # the figures on a line of their own
+        text += f":\nit tried to allocate {gib(m.tried_bytes)}"
         if m.free_bytes is not None and m.total_bytes is not None:
             text += f" with {gib(m.free_bytes)} free of {gib(m.total_bytes)}"
     if m.wrapped_by:
@@ -258,9 +305,14 @@ def _message_fixes(m: OOMMessage, d: Diagnosis, others: int | None) -> tuple[lis
             else:
                 last.append(fix)
     if others is not None and others >= max(share, MIN_LARGE):
+        mine = _this_process(m)[0] if m.process_bytes is None else None
+        others_listed = list(m.other_processes)
+        ours = [p for p in others_listed if p[1] == mine]
+        if ours:  # the one listed that is this process (in a container)
+            others_listed.remove(ours[0])
         listed = ", ".join(
             f"process {'?' if pid is None else pid}: {gib(b)}"
-            for pid, b in m.other_processes
+            for pid, b in others_listed
             if b < (m.process_bytes or 0) or m.process_bytes is None
         )
         d.findings.append(
@@ -381,6 +433,36 @@ def _fix_from_change(change: dict[str, Any], report: Any, budget: int) -> Fix:
     )
 
 
+# Settings that spread a run over several devices, and what one device runs instead.
+SEVERAL_DEVICES = {"n_gpus": 1, "zero_stage": 0, "offload_optimizer": False, "no_sync": False}
+
+
+def _single_device(m: OOMMessage, gpu: Any) -> str:
+    """What the run is on when it is one device that cannot be joined by more ('' otherwise):
+    a Mac's GPU (MPS: no NCCL, no DeepSpeed), or a one-GPU machine such as the DGX Spark."""
+    if m.backend == "mps":
+        return "A Mac's GPU (MPS)"
+    if gpu is not None and getattr(gpu, "unified_memory", False):
+        return f"The {gpu.name} (one GPU sharing its memory with the CPU)"
+    return ""
+
+
+def _on_one_device(d: Diagnosis, settings: dict[str, Any], single: str) -> None:
+    """Settings for several GPUs (FSDP, ZeRO, DeepSpeed offload) put back to one device, said."""
+    asked = {
+        k: settings[k] for k in SEVERAL_DEVICES if settings.get(k) not in (None, SEVERAL_DEVICES[k])
+    }
+    if not asked:
+        return
+    settings.update({k: SEVERAL_DEVICES[k] for k in asked})
+    words = ", ".join(f"{k}={v!r}" for k, v in asked.items())
+    d.findings.append(
+        f"{single} is a single device: several GPUs, FSDP and DeepSpeed do not run on it, so "
+        f"the run is estimated on that one device (your settings said {words}) and no change "
+        "below adds GPUs."
+    )
+
+
 def _native_bf16(m: OOMMessage | None, gpu: Any) -> bool:
     if gpu is not None:
         return bool(getattr(gpu, "native_bf16", True))
@@ -405,6 +487,9 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
             "batch cannot help; the changes start from batch 1."
         )
         settings["batch_size"] = 1
+    single = _single_device(m, gpu)
+    if single:
+        _on_one_device(d, settings, single)
     settings.setdefault("device", "cuda")
     try:
         report = estimate(description.model, **settings)
@@ -445,7 +530,7 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
     if peak > budget:
         d.findings.append(
             f"The estimate of your run ({run}) is {gib(peak)} per GPU, {gib(peak - budget)} "
-            f"more than the {gib(budget)} it could have here."
+            f"more than {_budget_words(d, budget)}."
         )
     else:
         held = m.process_bytes if m.process_bytes is not None else _this_process(m)[0]
@@ -454,7 +539,7 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
         needed = None if held is None or m.tried_bytes is None else held + m.tried_bytes
         d.findings.append(
             f"The estimate of your run ({run}) is {gib(peak)} per GPU, within "
-            f"the {gib(budget)} it could have here."
+            f"{_budget_words(d, budget)}."
         )
         if needed is not None and needed > peak:
             gap = needed - peak
@@ -472,7 +557,7 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
     if target <= 0:
         return []
     # A Mac has one GPU, and neither NCCL (FSDP's several GPUs) nor DeepSpeed runs on MPS.
-    mps = m.backend == "mps"
+    mps = m.backend == "mps" or bool(single)
     found = fit_changes(
         description.model,
         full,
@@ -525,6 +610,7 @@ def _diagnose(
 
     context = int(cuda_constants()["cuda_context_bytes"])
     d.budget_bytes, others = _budget(message, context)
+    others = _use_the_catalog_figure(d, message, others)
     if d.budget_bytes is None and gpu_obj is not None:
         d.budget_bytes = gpu_obj.usable_bytes
     first, last = _message_fixes(message, d, others)
@@ -549,6 +635,42 @@ def _diagnose(
         )
     d.fixes = _rank(d, first, fixes, last, others)
     return d
+
+
+def _use_the_catalog_figure(d: Diagnosis, m: OOMMessage, others: int | None) -> int | None:
+    """A device the catalog knows (the message's total is a card's usable memory, give or take
+    the driver's few MiB) is given the catalog's one figure for it: what a T4 offers is 14.75
+    GiB here as in every other part of the course, less only what other processes held (the
+    processes listed, when the rest is the rounding of the message's figures). Returns that
+    memory held elsewhere."""
+    if d.budget_bytes is None or m.total_bytes is None or m.backend not in ("cuda", "hip"):
+        return others
+    from ..hardware.gpus import card_with_total
+
+    card = card_with_total(m.total_bytes)
+    if card is None:
+        return others
+    _, listed = _this_process(m)
+    elsewhere = others or 0
+    if elsewhere - listed <= ROUNDING:
+        elsewhere = listed
+    d.card = card
+    d.budget_bytes = max(0, card.usable_bytes - elsewhere)
+    return elsewhere
+
+
+def _budget_words(d: Diagnosis, budget: int) -> str:
+    """'the 14.75 GiB a T4 offers', or what it could have when other processes held some."""
+    if d.card is None:
+        return f"the {gib(budget)} it could have here"
+    name = d.card.name
+    article = "an" if name[:1].upper() in "AEFHILMNORSX" else "a"  # as the letter is said
+    if budget == d.card.usable_bytes:
+        return f"the {d.card.usable_text} {article} {name} offers"
+    return (
+        f"the {gib(budget)} it could have here ({article} {name}'s {d.card.usable_text} "
+        "less what other processes held)"
+    )
 
 
 def _rank(
