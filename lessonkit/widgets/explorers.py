@@ -48,6 +48,7 @@ import re
 from typing import Any
 
 from ..charts import memory_charts, planning_charts
+from ..charts.fit_chart import gpu_fit_height
 from ..hardware import gpu_records
 from ..planning.fitting import method_label
 from ..units import GiB, format_hours
@@ -414,7 +415,12 @@ def gpu_matrix_explorer(
         names, model, {"gpu_set": "Guide's four", **defaults} if fixed_gpus is None else defaults
     )
     controls = build_controls(names, values, continuous_update)
-    figure = new_figure(7.5, 4.6, left=0.26, right=0.97, bottom=0.12, top=0.86)
+    # Tall enough for the most rows it can show, each name at 9 pt, with the "needs" band.
+    most_rows = len(fixed_gpus) if fixed_gpus is not None else len(list_gpus())
+    height = max(4.6, gpu_fit_height(most_rows))
+    figure = new_figure(
+        7.5, height, left=0.26, right=0.97, bottom=0.55 / height, top=1 - 0.64 / height
+    )
     ax = figure.add_subplot()
 
     def update(explorer: Any) -> str:
