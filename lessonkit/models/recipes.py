@@ -19,7 +19,10 @@ from ..errors import choose
 
 @lru_cache(maxsize=1)
 def _data() -> dict[str, Any]:
-    return json.loads(resources.files("lessonkit").joinpath("data/recipes.json").read_text())
+    data: dict[str, Any] = json.loads(
+        resources.files("lessonkit").joinpath("data/recipes.json").read_text()
+    )
+    return data
 
 
 def recipe_names() -> tuple[str, ...]:

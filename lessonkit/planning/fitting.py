@@ -280,9 +280,8 @@ def flops_per_token(
     """Training FLOPs per token: the weights' matmuls plus attention over ``seq_len`` tokens."""
     weights = FLOPS_PER_PARAM[method] + (CHECKPOINT_FLOPS if gradient_checkpointing else 0)
     attention = ATTENTION_FLOPS + (ATTENTION_CHECKPOINT_FLOPS if gradient_checkpointing else 0)
-    return (
-        weights * spec.n_params + attention * spec.n_layers * spec.n_heads * spec.head_dim * seq_len
-    )
+    head_dim = spec.head_dim or spec.hidden_size // spec.n_heads  # set by ModelSpec itself
+    return weights * spec.n_params + attention * spec.n_layers * spec.n_heads * head_dim * seq_len
 
 
 def compute_hours(
