@@ -94,10 +94,10 @@ voila: $(VENV)/.installed-present
 	$(PY) tools/present.py voila $(NB)
 
 # Classic Notebook 6.5 with ipywidgets 7.7.1 and the widgetsnbextension 3.6.10 that pip installs
-# with it (its Output widget stays blank), for the browser test's classic-Notebook part. Outside
-# the repository, and not part of `make test`: it downloads from the package index. The test
-# skips, saying so, without it; LESSONKIT_CLASSIC_ENV points it elsewhere.
-CLASSIC_ENV ?= /tmp/nb6
+# with it (its Output widget stays blank), for the browser test's classic-Notebook part (no torch:
+# the explorers do not need it). Without it that part is skipped, saying so;
+# LESSONKIT_CLASSIC_ENV points the test at another copy.
+CLASSIC_ENV ?= .venv-classic
 $(CLASSIC_ENV)/.installed:
 	rm -rf $(CLASSIC_ENV)
 	$(PYTHON) -m venv $(CLASSIC_ENV)
@@ -113,7 +113,7 @@ browser-deps:
 	  else echo "Install Chromium (e.g. 'sudo apt-get install chromium') for the browser tests."; fi; \
 	fi
 
-test: lint $(COLAB_VENV)/.installed-wheel $(OLDEST_VENV)/.installed browser-deps
+test: lint $(COLAB_VENV)/.installed-wheel $(OLDEST_VENV)/.installed $(CLASSIC_ENV)/.installed browser-deps
 	MPLBACKEND=Agg $(PY) -m pytest
 
 # ruff (lint and format check: package, tests, tools, notebooks) and mypy (strict) on the package.
@@ -136,5 +136,5 @@ gpu-check: $(VENV)/.installed-dev
 # Back to the tree a clone has: environments, caches, build output and what the tools and tests
 # write (artifacts/, hypothesis's examples).
 clean:
-	rm -rf $(VENV) $(COLAB_VENV) $(OLDEST_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist artifacts .whl *.egg-info
+	rm -rf $(VENV) $(COLAB_VENV) $(OLDEST_VENV) $(CLASSIC_ENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist artifacts .whl *.egg-info
 	find . -path ./.git -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +

@@ -2,7 +2,7 @@
 
 That environment (``widgetsnbextension`` 3.6.10, as pip installs it with ipywidgets 7.7.1 today,
 whose Output widget stays blank) is built apart from .venv, by ``make classic-env``, in
-``LESSONKIT_CLASSIC_ENV`` (default /tmp/nb6). Used by tests/course/test_browser.py.
+``LESSONKIT_CLASSIC_ENV`` (default .venv-classic/ at the repository root). Used by tests/course/test_browser.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from pathlib import Path
 
 from browser import lab
 
-ENV = Path(os.environ.get("LESSONKIT_CLASSIC_ENV", "/tmp/nb6"))
+ROOT = Path(__file__).resolve().parents[2]
+ENV = Path(os.environ.get("LESSONKIT_CLASSIC_ENV", ROOT / ".venv-classic"))
 PYTHON = ENV / "bin" / "python"
 VERSIONS = {"notebook": "6.5.", "ipywidgets": "7.7.1", "widgetsnbextension": "3.6.10"}
 KERNEL_IDLE = "#kernel_indicator_icon.kernel_idle_icon"

@@ -350,7 +350,7 @@ def test_an_exercise_notebook_opens_from_the_file_browser(
     listing.locator(".jp-DirListing-item", has_text=EXERCISE).first.dblclick()
     page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=90_000)
     lab.wait_kernel_idle(page, 90_000)
-    assert "Exercises 01" in page.locator(".jp-NotebookPanel .jp-MarkdownCell").nth(1).inner_text()
+    assert "Exercises 01" in page.locator(".jp-NotebookPanel .jp-MarkdownCell").first.inner_text()
     lab.run_all_cells(page)
     assert lab.error_outputs(page) == []
     statuses = page.evaluate(

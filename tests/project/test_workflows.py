@@ -182,7 +182,8 @@ def test_make_clean_removes_everything_git_ignores() -> None:
             r"[\w.*-]+",
             recipe.replace("$(VENV)", ".venv")
             .replace("$(COLAB_VENV)", ".venv-colab")
-            .replace("$(OLDEST_VENV)", ".venv-oldest"),
+            .replace("$(OLDEST_VENV)", ".venv-oldest")
+            .replace("$(CLASSIC_ENV)", ".venv-classic"),
         )
     )
     ignored = [
