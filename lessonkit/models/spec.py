@@ -160,12 +160,18 @@ class ModelSpec:
 
     # ----- parameter counts -------------------------------------------------------------
     @property
+    def head_width(self) -> int:
+        """The width of one attention head (``head_dim``, filled in when not given)."""
+        assert self.head_dim is not None  # set by __post_init__
+        return self.head_dim
+
+    @property
     def q_size(self) -> int:
-        return self.n_heads * self.head_dim
+        return self.n_heads * self.head_width
 
     @property
     def kv_size(self) -> int:
-        return self.n_kv_heads * self.head_dim
+        return self.n_kv_heads * self.head_width
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
         """(in_features, out_features) of each linear layer in one block, by peft name."""

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import itertools
 import numbers
 import os
 
@@ -161,7 +162,7 @@ def _moments(spec: ModelSpec, kw: dict) -> list[dict[str, int]]:
     _, by_phase = step.phases()
     moments = list(by_phase.values())
     static = {"weights": step.weights, "optimizer": step.optimizer}
-    grads_fw = step.gradients if step.s.gradient_accumulation > 1 else step.buckets
+    grads_fw = step.gradients if step.settings.gradient_accumulation > 1 else step.buckets
     moments += step._layer_moments(static, grads_fw)
     if step.fsdp:
         fw, bw = step._fsdp_moments(static, grads_fw)
@@ -241,7 +242,7 @@ def test_higher_zero_stage_never_needs_more(run) -> None:
         z: _Step(spec, validate_run(spec, **(DEFAULTS | kw | dict(zero_stage=z)))) for z in stages
     }
     totals = {z: estimate(spec, **(kw | dict(zero_stage=z))).total_bytes for z in stages}
-    for lower, higher in zip(stages, stages[1:]):
+    for lower, higher in itertools.pairwise(stages):
         if higher == 3 and totals[3] > totals[lower]:
             f = steps[3].fsdp
             buffers = (
