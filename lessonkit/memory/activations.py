@@ -191,6 +191,7 @@ class RMSNorm:
 
     module: str
     key: str
+    float_output: bool = False  # Gemma 3: weighted in fp32, so the fp32 normed input is kept
 
     def parameters(self, spec: ModelSpec) -> tuple[ParamTensor, ...]:
         return _owned(spec, (f"{self.module}.",))
@@ -199,21 +200,42 @@ class RMSNorm:
         self, saved: Saved, ctx: StepContext, spec: ModelSpec, layer: int, flow: Flow
     ) -> Flow:
         name = f"L{layer}.{self.key}"
-        grad = rmsnorm(saved, ctx, name, flow.key, flow.needs_grad, spec.hidden_size)
+        normed = 4 if self.float_output else flow.element_bytes
+        grad = rmsnorm(
+            saved,
+            ctx,
+            name,
+            flow.key,
+            flow.needs_grad,
+            spec.hidden_size,
+            flow.element_bytes,
+            normed,
+        )
         return Flow(f"{name}.out", ctx.residual_bytes, grad)
 
 
 def rmsnorm(
-    saved: Saved, ctx: StepContext, name: str, x_key: str, x_grad: bool, width: int
+    saved: Saved,
+    ctx: StepContext,
+    name: str,
+    x_key: str,
+    x_grad: bool,
+    width: int,
+    x_bytes: int | None = None,
+    normed_bytes: int | None = None,
+    rows_per_token: int = 1,
 ) -> bool:
-    """An RMSNorm over ``width``: its fp32 input and rstd when the input needs a gradient,
-    its normalised input when its weight is trained."""
+    """An RMSNorm over ``width`` (``rows_per_token`` rows of it per token: the heads of a QK
+    norm): its fp32 input and rstd when the input needs a gradient, its normalised input
+    (in the input's dtype, or ``normed_bytes``) when its weight is trained."""
     tokens = ctx.tokens
+    x_bytes = ctx.residual_bytes if x_bytes is None else x_bytes
+    elements = tokens * rows_per_token * width
     if x_grad:
-        saved.add(x_key if ctx.residual_bytes == 4 else f"{name}.x_fp32", 4 * tokens * width)
-        saved.add(f"{name}.rstd", 4 * tokens)
+        saved.add(x_key if x_bytes == 4 else f"{name}.x_fp32", 4 * elements)
+        saved.add(f"{name}.rstd", 4 * tokens * rows_per_token)
     if ctx.trains_base:
-        saved.add(f"{name}.normed", ctx.residual_bytes * tokens * width)
+        saved.add(f"{name}.normed", (x_bytes if normed_bytes is None else normed_bytes) * elements)
     return x_grad or ctx.trains_base
 
 
@@ -287,8 +309,14 @@ def attention_core(
 
 @dataclass(frozen=True)
 class Attention:
-    """Rotary self-attention with separate q, k, v and o projections (Llama, Mistral, Qwen2,
-    Gemma), grouped-query where the family has fewer key/value heads."""
+    """Rotary self-attention with q, k, v and o projections (Llama, Mistral, Qwen2, Gemma),
+    grouped-query where the family has fewer key/value heads; ``fused``: one qkv_proj whose
+    output v stays a view of (Phi-3); ``qk_norm``: an RMSNorm on q and k, per head ("head":
+    Qwen3, Gemma 3) or over the whole projection ("projection": OLMo 2)."""
+
+    fused: bool = False
+    qk_norm: str = "none"
+    float_norm: bool = False  # Gemma 3's QK norms weigh in fp32
 
     def parameters(self, spec: ModelSpec) -> tuple[ParamTensor, ...]:
         return _owned(spec, ("self_attn.",))
@@ -298,15 +326,25 @@ class Attention:
     ) -> Flow:
         hidden, compute, residual = spec.hidden_size, ctx.compute_bytes, ctx.residual_bytes
         q_size, kv_size, prefix = spec.q_size, spec.kv_size, f"L{layer}"
-        q_grad = linear(saved, ctx, f"{prefix}.q_proj", flow, hidden, q_size, ctx.qlora)
-        k_grad = linear(saved, ctx, f"{prefix}.k_proj", flow, hidden, kv_size, ctx.qlora)
-        v_grad = linear(saved, ctx, f"{prefix}.v_proj", flow, hidden, kv_size, ctx.qlora)
-        any_grad = q_grad or k_grad or v_grad
+        v_key = f"{prefix}.v_proj.out"
+        if self.fused:
+            qkv = q_size + 2 * kv_size
+            any_grad = linear(saved, ctx, f"{prefix}.qkv_proj", flow, hidden, qkv, ctx.qlora)
+            v_key = f"{prefix}.qkv_proj.out"
+            if any_grad:  # v, a view, keeps the whole fused output alive
+                saved.add(v_key, ctx.quantized_output_bytes * ctx.tokens * qkv)
+        else:
+            q_grad = linear(saved, ctx, f"{prefix}.q_proj", flow, hidden, q_size, ctx.qlora)
+            k_grad = linear(saved, ctx, f"{prefix}.k_proj", flow, hidden, kv_size, ctx.qlora)
+            v_grad = linear(saved, ctx, f"{prefix}.v_proj", flow, hidden, kv_size, ctx.qlora)
+            any_grad = q_grad or k_grad or v_grad
+        if self.qk_norm != "none":
+            self._qk_norms(saved, ctx, spec, prefix, any_grad)
+            any_grad = any_grad or ctx.trains_base
         if any_grad:  # rotary cos/sin are made once per forward and shared by every layer
             saved.add("rope.cos", residual * ctx.seq_len * spec.head_width)
             saved.add("rope.sin", residual * ctx.seq_len * spec.head_width)
         qk_bytes = max(compute, residual)  # q * cos promotes to the residual dtype
-        v_key = f"{prefix}.v_proj.out"
         attention_core(saved, ctx, spec, f"{prefix}.attn", qk_bytes, v_key, any_grad)
         out_grad = linear(
             saved,
@@ -319,6 +357,21 @@ class Attention:
             held=saved.held_unless_saved(flow.key, residual * ctx.tokens * hidden),
         )
         return Flow(f"{prefix}.o_proj.out", compute, out_grad)
+
+    def _qk_norms(
+        self, saved: Saved, ctx: StepContext, spec: ModelSpec, prefix: str, grad: bool
+    ) -> None:
+        out_bytes = ctx.quantized_output_bytes
+        normed = 4 if self.float_norm else out_bytes
+        per_head = self.qk_norm == "head"
+        for part, size, heads in (
+            ("q", spec.q_size, spec.n_heads),
+            ("k", spec.kv_size, spec.n_kv_heads),
+        ):
+            width = spec.head_width if per_head else size
+            key = f"{prefix}.{part}_proj.out"
+            name = f"{prefix}.{part}_norm"
+            rmsnorm(saved, ctx, name, key, grad, width, out_bytes, normed, heads if per_head else 1)
 
 
 @dataclass(frozen=True)
@@ -368,6 +421,7 @@ class DenseMLP:
     act, down_proj). As the layer's last block it also sets what its backward begins with."""
 
     gated: bool = True
+    fused: bool = False  # one gate_up_proj, chunked into gate and up (Phi-3)
 
     def parameters(self, spec: ModelSpec) -> tuple[ParamTensor, ...]:
         return _owned(spec, ("mlp.",))
@@ -382,7 +436,14 @@ class DenseMLP:
         # fp32 norms the MLP's intermediates are fp32
         mid_bytes = ctx.quantized_output_bytes
         product = mid_bytes * tokens * inter  # one intermediate tensor
-        if self.gated:
+        if self.fused:
+            inner_grad = linear(
+                saved, ctx, f"{prefix}.gate_up_proj", flow, hidden, 2 * inter, ctx.qlora
+            )
+            if inner_grad:  # gate and up are views of one output; the activation's output
+                saved.add(f"{prefix}.gate_up", 2 * product)
+                saved.add(f"{prefix}.act", product)
+        elif self.gated:
             gate_grad = linear(saved, ctx, f"{prefix}.gate_proj", flow, hidden, inter, ctx.qlora)
             if gate_grad:
                 saved.add(f"{prefix}.gate", product)  # the activation function's input
@@ -414,7 +475,7 @@ class DenseMLP:
         saved.freed_first_copies = saved.weight_copies - copies
         saved.forward_peak = peak  # a recomputation stops before down_proj's LoRA output
         # down_proj's input gradient, then the two the gate's product makes from it
-        saved.mlp_grads = product * (3 if self.gated else 2) if inner_grad else 0
+        saved.mlp_grads = product * (3 if self.gated or self.fused else 2) if inner_grad else 0
         lora_out = "down_proj" in ctx.lora_targets
         if lora_out and inner_grad and ctx.lora_dropout > 0:
             # down_proj's input gradient in pieces: the base layer's, the adapter's (in its
@@ -483,8 +544,9 @@ class Branch:
     within a layer is ``residual`` ("x" for the layer's input)."""
 
     residual: str
-    pre_norm: Block
+    pre_norm: Block | None
     sublayer: Block
+    post_norm: Block | None = None
 
 
 @dataclass(frozen=True)
@@ -494,7 +556,12 @@ class DecoderLayer:
     branches: tuple[Branch, ...]
 
     def blocks(self) -> tuple[Block, ...]:
-        return tuple(block for b in self.branches for block in (b.pre_norm, b.sublayer))
+        return tuple(
+            block
+            for b in self.branches
+            for block in (b.pre_norm, b.sublayer, b.post_norm)
+            if block is not None
+        )
 
     def parameters(self, spec: ModelSpec) -> tuple[ParamTensor, ...]:
         return tuple(t for block in self.blocks() for t in block.parameters(spec))
@@ -505,8 +572,12 @@ class DecoderLayer:
         grad = input_grad
         for branch in self.branches:
             residual = Flow(f"L{layer}.{branch.residual}", ctx.residual_bytes, grad)
-            normed = branch.pre_norm.forward(saved, ctx, spec, layer, residual)
+            normed = residual
+            if branch.pre_norm is not None:
+                normed = branch.pre_norm.forward(saved, ctx, spec, layer, residual)
             out = branch.sublayer.forward(saved, ctx, spec, layer, normed)
+            if branch.post_norm is not None:
+                out = branch.post_norm.forward(saved, ctx, spec, layer, out)
             grad = grad or out.needs_grad  # the residual addition
         return saved
 
@@ -525,10 +596,55 @@ GPT2_LAYER = DecoderLayer(
 )
 
 
+_LAYERS = {
+    "qwen3": DecoderLayer(
+        (
+            Branch("x", RMSNorm("input_layernorm", "n1"), Attention(qk_norm="head")),
+            LLAMA_LAYER.branches[1],
+        )
+    ),
+    "phi3": DecoderLayer(
+        (
+            Branch("x", RMSNorm("input_layernorm", "n1"), Attention(fused=True)),
+            Branch("mid", RMSNorm("post_attention_layernorm", "n2"), DenseMLP(fused=True)),
+        )
+    ),
+    "olmo2": DecoderLayer(
+        (
+            Branch(
+                "x",
+                None,
+                Attention(qk_norm="projection"),
+                RMSNorm("post_attention_layernorm", "n1"),
+            ),
+            Branch("mid", None, DenseMLP(), RMSNorm("post_feedforward_layernorm", "n2")),
+        )
+    ),
+    "gemma3_text": DecoderLayer(
+        (
+            Branch(
+                "x",
+                RMSNorm("input_layernorm", "n1", float_output=True),
+                Attention(qk_norm="head", float_norm=True),
+                RMSNorm("post_attention_layernorm", "n1post", float_output=True),
+            ),
+            Branch(
+                "mid",
+                RMSNorm("pre_feedforward_layernorm", "n2", float_output=True),
+                DenseMLP(),
+                RMSNorm("post_feedforward_layernorm", "n2post", float_output=True),
+            ),
+        )
+    ),
+}
+
+
 def decoder_layer(spec: ModelSpec) -> DecoderLayer:
     """The blocks of one decoder layer of ``spec``'s family."""
     if spec.family == "gpt2":
         return GPT2_LAYER
+    if spec.family in _LAYERS:
+        return _LAYERS[spec.family]
     if not spec.gated_mlp:
         return DecoderLayer(
             (

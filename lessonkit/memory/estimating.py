@@ -47,10 +47,12 @@ def _nf4_bytes(numel: int, double_quant: bool) -> int:
     return (numel + 1) // 2 + constants + 4 * 16
 
 
-def _buffer_bytes(spec: ModelSpec) -> int:
+def _buffer_bytes(spec: ModelSpec, stored_bytes: int) -> int:
     if spec.family == "gpt2":
         return 0
-    return 2 * 4 * (spec.head_width // 2)  # rotary inv_freq and original_inv_freq, fp32
+    rotary = 2 * 4 * (spec.head_width // 2)  # rotary inv_freq and original_inv_freq, fp32
+    # Gemma 3's embeddings hold their scale, sqrt(hidden_size), as a buffer of the weights' dtype
+    return rotary + (stored_bytes if spec.family == "gemma3_text" else 0)
 
 
 # ----- the estimate --------------------------------------------------------------------------
@@ -166,7 +168,7 @@ class _Step:
         root_params = [(tensor.shape, self.stored_bytes, full) for tensor in tensors.outer]
 
         # weights on this GPU, and (shape, count) of the trainable tensors
-        weights = _buffer_bytes(spec)
+        weights = _buffer_bytes(spec, self.stored_bytes)
         if qlora:
             weights += layers * sum(
                 _nf4_bytes(math.prod(tensor.shape), s.double_quant)

@@ -21,13 +21,30 @@ from .hf_config import FAMILIES, hf_config_from_spec, read_hf_config, spec_field
 # Linear layers per family, in the names peft uses for ``target_modules``.
 LINEAR_MODULES = {
     "gpt2": ("c_attn", "c_proj", "c_fc"),
+    "phi3": ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"),
     "default": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
 }
 # peft's default ``target_modules`` per family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
-PEFT_DEFAULT_TARGETS = {"gpt2": ("c_attn",), "default": ("q_proj", "v_proj")}
+# phi3 has none there: lessonkit takes its fused attention input, qkv_proj.
+PEFT_DEFAULT_TARGETS = {"gpt2": ("c_attn",), "phi3": ("qkv_proj",), "default": ("q_proj", "v_proj")}
+# Families whose attention normalises q and k: per head (over head_dim) or over the whole
+# projection (OLMo 2).
+QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "projection"}
+# The norms of a decoder layer, by where they sit: before a sublayer ("pre"), after it
+# ("post"), or both (Gemma 2 and 3).
+LAYER_NORMS = {
+    "pre": ("input_layernorm", "post_attention_layernorm"),
+    "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
+    "both": (
+        "input_layernorm",
+        "post_attention_layernorm",
+        "pre_feedforward_layernorm",
+        "post_feedforward_layernorm",
+    ),
+}
 
 
-class _DefaultTargets(tuple):
+class _DefaultTargets(tuple[str, ...]):
     """The default of ``lora_targets``: equal to ("q_proj", "v_proj"), but recognisable, so
     that a family without those modules gets its own peft default instead of an error."""
 
@@ -42,17 +59,13 @@ _LINEAR_PATHS = {
     "gate_proj": "mlp.gate_proj",
     "up_proj": "mlp.up_proj",
     "down_proj": "mlp.down_proj",
+    "qkv_proj": "self_attn.qkv_proj",
+    "gate_up_proj": "mlp.gate_up_proj",
     "c_attn": "attn.c_attn",
     "attn.c_proj": "attn.c_proj",
     "c_fc": "mlp.c_fc",
     "mlp.c_proj": "mlp.c_proj",
 }
-_NORM_NAMES = (
-    "input_layernorm",
-    "post_attention_layernorm",
-    "pre_feedforward_layernorm",
-    "post_feedforward_layernorm",
-)
 NORMS = ("rmsnorm", "layernorm")
 ATTENTION_BIASES = ("none", "qkv", "all")
 # The largest dimension a ModelSpec takes: far above any model made (hidden sizes reach tens
@@ -122,7 +135,7 @@ class ModelSpec:
             "intermediate_size",
             "vocab_size",
         ] + (["head_dim"] if self.head_dim is not None else [])
-        for name in dimensions + ["max_positions"]:
+        for name in [*dimensions, "max_positions"]:
             value, least = getattr(self, name), 0 if name == "max_positions" else 1
             if (
                 isinstance(value, bool)
@@ -184,6 +197,13 @@ class ModelSpec:
                 "c_fc": (h, i),
                 "mlp.c_proj": (i, h),
             }
+        if self.family == "phi3":  # fused q, k, v and gate, up
+            return {
+                "qkv_proj": (h, self.q_size + 2 * self.kv_size),
+                "o_proj": (self.q_size, h),
+                "gate_up_proj": (h, 2 * i),
+                "down_proj": (i, h),
+            }
         shapes = {
             "q_proj": (h, self.q_size),
             "k_proj": (h, self.kv_size),
@@ -198,7 +218,22 @@ class ModelSpec:
 
     @property
     def norms_per_layer(self) -> int:
-        return 4 if self.family == "gemma2" else 2
+        return len(self.layer_norm_names)
+
+    @property
+    def norm_placement(self) -> str:
+        """Where a decoder layer's norms sit: "pre", "post" (OLMo 2) or "both" (Gemma 2, 3)."""
+        return {"gemma2": "both", "gemma3_text": "both", "olmo2": "post"}.get(self.family, "pre")
+
+    @property
+    def layer_norm_names(self) -> tuple[str, ...]:
+        return LAYER_NORMS[self.norm_placement]
+
+    @property
+    def qk_norm(self) -> str:
+        """ "head" (an RMSNorm over each head of q and k), "projection" (over all of q and
+        of k: OLMo 2) or "none"."""
+        return QK_NORM.get(self.family, "none")
 
     def parameter_tensors(self) -> ParameterTensors:
         """Every parameter tensor, named and shaped as transformers creates it: one decoder
@@ -234,7 +269,7 @@ class ModelSpec:
             if has_bias:
                 biases.append(ParamTensor(f"{path}.bias", (n_out,), "bias"))
         if gpt2:  # every Conv1D has a bias
-            paired = [t for pair in zip(linears, biases) for t in pair]
+            paired = [t for pair in zip(linears, biases, strict=True) for t in pair]
             layer = norm("ln_1") + paired[:4] + norm("ln_2") + paired[4:]
             outer = [
                 ParamTensor("transformer.wte.weight", (self.vocab_size, h), "embed"),
@@ -242,10 +277,17 @@ class ModelSpec:
             ]
             outer += norm("transformer.ln_f")
         else:
+            qk: list[ParamTensor] = []
+            if self.qk_norm != "none":
+                head = self.qk_norm == "head"
+                q_width = self.head_width if head else self.q_size
+                k_width = self.head_width if head else self.kv_size
+                qk = [
+                    ParamTensor("self_attn.q_norm.weight", (q_width,), "norm"),
+                    ParamTensor("self_attn.k_norm.weight", (k_width,), "norm"),
+                ]
             layer = (
-                linears
-                + biases
-                + [t for name in _NORM_NAMES[: self.norms_per_layer] for t in norm(name)]
+                linears + biases + qk + [t for name in self.layer_norm_names for t in norm(name)]
             )
             outer = [ParamTensor("model.embed_tokens.weight", (self.vocab_size, h), "embed")]
             outer += norm("model.norm")
@@ -289,7 +331,7 @@ class ModelSpec:
             return list(shapes.values())
         if isinstance(targets, str):
             targets = (targets,)
-        allowed = LINEAR_MODULES["gpt2" if self.family == "gpt2" else "default"]
+        allowed = LINEAR_MODULES.get(self.family, LINEAR_MODULES["default"])
         if not self.gated_mlp and self.family != "gpt2":
             allowed = tuple(a for a in allowed if a != "gate_proj")
         chosen = []
@@ -297,7 +339,7 @@ class ModelSpec:
             if target not in allowed:
                 raise LessonkitError(
                     unknown_name_message(
-                        target, allowed + ("all-linear",), f"LoRA target for {self.family}"
+                        target, (*allowed, "all-linear"), f"LoRA target for {self.family}"
                     )
                 )
             chosen += [s for key, s in shapes.items() if key.split(".")[-1] == target]
@@ -370,10 +412,10 @@ def preset_names() -> list[str]:
 @cache
 def get_preset(name: str) -> ModelSpec:
     """A preset by name, forgiving case and separators ('Llama-2-7B', 'llama2 7b')."""
-    by_key = {}
-    for key, entry in _preset_data().items():
-        for alias in [key, *entry.get("aliases", [])]:
-            by_key[normalise_name(alias)] = key
+    by_key: dict[str, str] = {}
+    for preset, entry in _preset_data().items():
+        for alias in [preset, *entry.get("aliases", [])]:
+            by_key[normalise_name(alias)] = preset
     key = by_key.get(normalise_name(name))
     if key is None:
         raise LessonkitError(unknown_name_message(name, preset_names(), "model"))

@@ -1,0 +1,64 @@
+"""The families read through transformers' own config classes: the parameter count of each
+equals that of the model transformers builds from the same config on the meta device."""
+
+from __future__ import annotations
+
+import pytest
+
+from lessonkit.errors import LessonkitError
+from lessonkit.models.hf_config import CONFIG_CLASS_FAMILIES
+from lessonkit.models.spec import ModelSpec
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+SMALL = dict(
+    hidden_size=256,
+    intermediate_size=704,
+    num_hidden_layers=2,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    vocab_size=4096,
+    pad_token_id=None,
+)
+
+
+def _meta_parameters(config: object) -> dict[str, tuple[int, ...]]:
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return {name: tuple(p.shape) for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("family", CONFIG_CLASS_FAMILIES)
+@pytest.mark.parametrize("tied", [False, True])
+def test_parameters_equal_the_meta_model(family: str, tied: bool) -> None:
+    config = transformers.AutoConfig.for_model(family, **SMALL, tie_word_embeddings=tied)
+    spec = ModelSpec.from_hf_config(config.to_dict() | {"model_type": family})
+    assert spec.family == family and spec.tie_embeddings is tied
+    meta = _meta_parameters(config)
+    assert spec.n_params == sum(int(torch.Size(s).numel()) for s in meta.values())
+    layer = {n.split("layers.0.", 1)[1]: s for n, s in meta.items() if ".layers.0." in n}
+    assert {t.name: t.shape for t in spec.parameter_tensors().layer} == layer
+    # and the config lessonkit writes back builds the same model
+    assert _meta_parameters(spec.to_hf_config()) == meta
+
+
+def test_a_gemma3_config_is_read_as_its_language_model() -> None:
+    text = transformers.AutoConfig.for_model("gemma3_text", **SMALL).to_dict()
+    spec = ModelSpec.from_hf_config({"model_type": "gemma3", "text_config": text})
+    assert spec.family == "gemma3_text" and spec.vocab_size == 4096 and spec.norms_per_layer == 4
+    assert spec.qk_norm == "head"
+
+
+def test_a_config_transformers_refuses_says_so() -> None:
+    with pytest.raises(LessonkitError, match="qwen3"):
+        ModelSpec.from_hf_config({"model_type": "qwen3", "num_attention_heads": "many"})
+
+
+def test_phi3_lora_defaults_to_its_fused_attention_input() -> None:
+    config = transformers.AutoConfig.for_model("phi3", **SMALL)
+    spec = ModelSpec.from_hf_config(config.to_dict() | {"model_type": "phi3"})
+    assert spec.default_lora_targets == ("qkv_proj",)
+    assert spec.lora_params(8, "all-linear") == 2 * 8 * sum(
+        a + b for a, b in spec.linear_shapes().values()
+    )
