@@ -50,6 +50,11 @@ def _nf4_bytes(numel: int, double_quant: bool) -> int:
 def _buffer_bytes(spec: ModelSpec, stored_bytes: int) -> int:
     if spec.family == "gpt2":
         return 0
+    if spec.family == "traced":  # the meta model's own buffers
+        from ..models.traced import meta_inventory
+
+        inventory = meta_inventory(spec.extra["config"], spec.extra["model_type"], spec.n_layers)
+        return int(inventory["buffer_bytes"])
     rotary = 2 * 4 * (spec.head_width // 2)  # rotary inv_freq and original_inv_freq, fp32
     # Gemma 3's embeddings hold their scale, sqrt(hidden_size), as a buffer of the weights' dtype
     return rotary + (stored_bytes if spec.family == "gemma3_text" else 0)
@@ -159,13 +164,19 @@ class _Step:
                     self.compute_bytes if qlora and tensor.kind == "bias" else self.stored_bytes
                 )
                 layer_params.append((tensor.shape, nbytes, full))
-        if lora:
+        # a traced model's tensors are all outer ones, its decoder's linear weights among them
+        root_params = [
+            (tensor.shape, self.stored_bytes, full)
+            for tensor in tensors.outer
+            if not (qlora and tensor.kind == "linear")
+        ]
+        if lora:  # a traced model's shapes are every layer's, its tensors outer ones
+            adapters = root_params if spec.family == "traced" else layer_params
             for n_in, n_out in spec.lora_shapes(s.lora_targets):
-                layer_params += [
+                adapters += [
                     ((s.lora_rank, n_in), self.adapter_bytes, True),
                     ((n_out, s.lora_rank), self.adapter_bytes, True),
                 ]
-        root_params = [(tensor.shape, self.stored_bytes, full) for tensor in tensors.outer]
 
         # weights on this GPU, and (shape, count) of the trainable tensors
         weights = _buffer_bytes(spec, self.stored_bytes)
@@ -173,6 +184,10 @@ class _Step:
             weights += layers * sum(
                 _nf4_bytes(math.prod(tensor.shape), s.double_quant)
                 for tensor in tensors.layer
+                if tensor.kind == "linear"
+            ) + sum(
+                _nf4_bytes(math.prod(tensor.shape), s.double_quant)
+                for tensor in tensors.outer
                 if tensor.kind == "linear"
             )
         trainable: list[tuple[tuple[int, ...], int]] = []
@@ -299,10 +314,13 @@ class _Step:
         p = self.residual_bytes
         full = ctx.trains_base
         ckpt = s.gradient_checkpointing
-        layer = acts.decoder_layer(spec)
-        first_grad = full or ckpt  # checkpointing with LoRA makes the inputs require grad
-        first = layer.saved(spec, ctx, 0, first_grad)
-        other = layer.saved(spec, ctx, 1, True)
+        if spec.family == "traced":
+            first = other = self._traced_layer()
+        else:
+            layer = acts.decoder_layer(spec)
+            first_grad = full or ckpt  # checkpointing with LoRA makes the inputs require grad
+            first = layer.saved(spec, ctx, 0, first_grad)
+            other = layer.saved(spec, ctx, 1, True)
         rope = sum(b for k, b in other.items.items() if k.startswith("rope."))
         self.layer_saved = other.activations - rope
         self.layer_copies = other.weight_copies
@@ -313,6 +331,9 @@ class _Step:
         self.embed_saved = acts.Embeddings().saved_bytes(spec, ctx, ckpt)
         # the head: final norm, lm_head, log-softmax (fp32) and the targets
         head = acts.Head().saved(spec, ctx)
+        if spec.family == "traced":
+            head = acts.Saved()
+            head.add("traced", int(self.trace.outside_per_token * t))
         self.head_saved = head.activations + 8 * t + self.embed_saved  # + the shifted labels
         self.head_copies = head.weight_copies
         if s.loss == "chunked" and not full:
@@ -354,6 +375,17 @@ class _Step:
         if s.activation_offload:
             self.fw_copies, self.bw_copies = (copies if full else 0), 0
             self.head_copies = self.head_copies if full else 0
+
+    def _traced_layer(self) -> acts.Saved:
+        """A traced model's decoder layer (memory/tracing.py): what it saves, scaled to the
+        step's tokens, and autocast's copies of its weights."""
+        from .tracing import traced_activations
+
+        self.trace = traced_activations(self.spec, self.settings)
+        layer = acts.Saved()
+        layer.add("L.traced", int(self.trace.layer_per_token * self.ctx.tokens))
+        layer.weight_copies = int(self.trace.layer_fixed)
+        return layer
 
     def phases(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
         spec, s, ctx = self.spec, self.settings, self.ctx

@@ -32,6 +32,17 @@ def assumptions(step: Any) -> list[str]:
     notes = []
     if spec.note:
         notes.append(spec.note)
+    if spec.family == "traced":
+        trace = step.trace
+        traced_in = "" if trace.precision == s.precision else f" in {trace.precision}"
+        notes.append(
+            "Traced figures: the activations (each decoder layer's saved tensors and autocast's "
+            "weight copies, and the embeddings' and head's) come from transformers' own "
+            f"{spec.extra.get('model_type')} model traced on a short step{traced_in} (1 and 2 "
+            "layers at the real widths, under FakeTensorMode) and scaled per layer and per "
+            "token; the first layer is taken as the others, and ZeRO-3's per-layer buffers are "
+            "left out. Weights, gradients and optimizer states are exact."
+        )
     half = "fp16" if s.precision.startswith("fp16") else "bf16"
     sharded_mixed = (
         f"ZeRO-3 with {half} mixed precision as FSDP and DeepSpeed run it "

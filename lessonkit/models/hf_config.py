@@ -183,14 +183,13 @@ def spec_fields(data: Mapping[str, Any], name: str | None = None) -> dict[str, A
         data, family = text, "gemma3_text"
     if isinstance(family, str) and family in CONFIG_CLASS_FAMILIES:
         data = _through_config_class(family, data)
-    if not isinstance(family, str) or family not in FAMILIES:
-        raise LessonkitError(
-            f"Unsupported model_type {short_repr(family)} in the config; lessonkit reads "
-            f"{', '.join(FAMILIES)}. For another decoder-only model, build a ModelSpec by hand."
-        )
     if name is None:
         given = data.get("_name_or_path")
-        name = given if isinstance(given, str) and given.strip() else family
+        name = given if isinstance(given, str) and given.strip() else str(family)
+    if not isinstance(family, str) or family not in FAMILIES:
+        from .traced import traced_fields
+
+        return traced_fields(family, data, name, FAMILIES)
     if family == "gpt2":
         hidden = _whole(data, "n_embd", family, 768)
         heads = _whole(data, "n_head", family, 12)

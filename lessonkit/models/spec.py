@@ -17,6 +17,7 @@ from ..errors import LessonkitError, normalise_name, real_number, unknown_name_m
 from ..safe_repr import short_repr
 from ..units import parse_count
 from .hf_config import FAMILIES, hf_config_from_spec, read_hf_config, spec_fields
+from .traced import TRACED, meta_inventory, traced_config
 
 # Linear layers per family, in the names peft uses for ``target_modules``.
 LINEAR_MODULES = {
@@ -118,7 +119,7 @@ class ModelSpec:
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.family, str) or self.family not in FAMILIES:
+        if not isinstance(self.family, str) or self.family not in (*FAMILIES, TRACED):
             raise LessonkitError(
                 f"Unknown model family {short_repr(self.family)}; supported: {', '.join(FAMILIES)}."
             )
@@ -187,8 +188,15 @@ class ModelSpec:
         return self.n_kv_heads * self.head_width
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in_features, out_features) of each linear layer in one block, by peft name."""
+        """(in_features, out_features) of each linear layer in one block, by peft name; for
+        a traced model, of every linear layer of the decoder, by its module's full name."""
         h, i = self.hidden_size, self.intermediate_size
+        if self.family == TRACED:
+            return {
+                t.name.removesuffix(".weight"): (t.shape[1], t.shape[0])
+                for t in self.parameter_tensors().outer
+                if t.kind == "linear"
+            }
         if self.family == "gpt2":
             # GPT-2's "c_proj" names both the attention output and the MLP output.
             return {
@@ -243,6 +251,13 @@ class ModelSpec:
 
     def _list_parameter_tensors(self) -> ParameterTensors:
         h, gpt2 = self.hidden_size, self.family == "gpt2"
+        if self.family == TRACED:  # every tensor of the meta model, as an outer one
+            inventory = meta_inventory(
+                self.extra["config"], self.extra["model_type"], self.n_layers
+            )
+            return ParameterTensors(
+                (), tuple(ParamTensor(n, s, k) for n, s, k in inventory["tensors"])
+            )
 
         def norm(name: str) -> list[ParamTensor]:
             out = [ParamTensor(f"{name}.weight", (h,), "norm")]
@@ -322,7 +337,7 @@ class ModelSpec:
     @property
     def n_params(self) -> int:
         """Total parameters, as ``sum(p.numel() for p in model.parameters())`` counts them."""
-        return self._count("linear", "bias", "norm", "embed", "head")
+        return self._count("linear", "bias", "norm", "embed", "head", "other")
 
     def lora_shapes(self, targets: tuple[str, ...] | str) -> list[tuple[int, int]]:
         """Per-layer (in, out) of the linear layers that LoRA ``targets`` select."""
@@ -332,6 +347,8 @@ class ModelSpec:
         if isinstance(targets, str):
             targets = (targets,)
         allowed = LINEAR_MODULES.get(self.family, LINEAR_MODULES["default"])
+        if self.family == TRACED:
+            allowed = tuple(sorted({key.split(".")[-1] for key in shapes}))
         if not self.gated_mlp and self.family != "gpt2":
             allowed = tuple(a for a in allowed if a != "gate_proj")
         chosen = []
@@ -370,7 +387,8 @@ class ModelSpec:
 
     def lora_params(self, rank: int, targets: tuple[str, ...] | str) -> int:
         """Trainable parameters of LoRA adapters: rank x (in + out) per targeted layer."""
-        return self.n_layers * sum(rank * (a + b) for a, b in self.lora_shapes(targets))
+        layers = 1 if self.family == TRACED else self.n_layers  # traced: every layer's
+        return layers * sum(rank * (a + b) for a, b in self.lora_shapes(targets))
 
     # ----- conversions --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -389,6 +407,8 @@ class ModelSpec:
 
     def to_hf_config(self) -> Any:
         """A transformers config object that builds this model (imports transformers)."""
+        if self.family == TRACED:
+            return traced_config(self.extra["config"], self.extra["model_type"], self.n_layers)
         return hf_config_from_spec(self)
 
 

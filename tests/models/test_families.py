@@ -62,3 +62,25 @@ def test_phi3_lora_defaults_to_its_fused_attention_input() -> None:
     assert spec.lora_params(8, "all-linear") == 2 * 8 * sum(
         a + b for a, b in spec.linear_shapes().values()
     )
+
+
+@pytest.mark.parametrize("model_type", ["mixtral", "stablelm", "mamba"])
+def test_a_causal_lm_lessonkit_has_no_blocks_for_is_counted_from_the_meta_model(
+    model_type: str,
+) -> None:
+    fields = dict(SMALL, num_local_experts=4) if model_type == "mixtral" else SMALL
+    config = transformers.AutoConfig.for_model(model_type, **fields)
+    spec = ModelSpec.from_hf_config(config.to_dict() | {"model_type": model_type})
+    assert spec.family == "traced" and spec.extra["model_type"] == model_type
+    meta = _meta_parameters(config)
+    assert spec.n_params == sum(int(torch.Size(s).numel()) for s in meta.values())
+    assert "traced" in spec.note
+
+
+def test_lora_targets_of_a_traced_model_are_its_linear_layers() -> None:
+    config = transformers.AutoConfig.for_model("stablelm", **SMALL)
+    spec = ModelSpec.from_hf_config(config.to_dict() | {"model_type": "stablelm"})
+    layers = 2
+    assert spec.lora_params(4, ("q_proj", "v_proj")) == layers * 4 * (2 * 256 + 256 + 64)
+    with pytest.raises(LessonkitError, match="LoRA target"):
+        spec.lora_params(4, ("c_attn",))

@@ -89,7 +89,7 @@ BAD_CONFIGS = {
         "vocab_size",
     ),
     "unknown model_type": (
-        lambda t: str(write(t / "mamba.json", llama(model_type="mamba"))),
+        lambda t: str(write(t / "vit.json", llama(model_type="vit"))),
         "Unsupported model_type",
     ),
     "model_type a list": (
