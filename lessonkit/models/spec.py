@@ -424,9 +424,36 @@ def _preset_data() -> dict[str, dict[str, Any]]:
     return {entry["name"]: entry for entry in json.loads(text)["models"]}
 
 
+# How a model menu names each family's group of presets.
+FAMILY_LABELS = {
+    "llama": "Llama",
+    "mistral": "Mistral",
+    "qwen2": "Qwen2.5",
+    "qwen3": "Qwen3",
+    "gemma": "Gemma",
+    "gemma2": "Gemma 2",
+    "gemma3_text": "Gemma 3",
+    "phi3": "Phi",
+    "olmo2": "OLMo 2",
+    "smollm3": "SmolLM",
+    "granite": "Granite",
+    "gpt2": "GPT-2",
+}
+
+
+def preset_groups() -> dict[str, list[str]]:
+    """The presets by family, for a model menu: {"Llama": ["llama-2-7b", ...], "Qwen3": [...]},
+    the families in the order their first preset appears, each family's presets in file order."""
+    groups: dict[str, list[str]] = {}
+    for name, entry in _preset_data().items():
+        family = entry["shape"]["family"]
+        groups.setdefault(FAMILY_LABELS.get(family, family), []).append(name)
+    return groups
+
+
 def preset_names() -> list[str]:
-    """Names of the model presets shipped with lessonkit."""
-    return list(_preset_data())
+    """Names of the model presets shipped with lessonkit, grouped by family (preset_groups)."""
+    return [name for names in preset_groups().values() for name in names]
 
 
 @cache

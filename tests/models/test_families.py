@@ -84,3 +84,49 @@ def test_lora_targets_of_a_traced_model_are_its_linear_layers() -> None:
     assert spec.lora_params(4, ("q_proj", "v_proj")) == layers * 4 * (2 * 256 + 256 + 64)
     with pytest.raises(LessonkitError, match="LoRA target"):
         spec.lora_params(4, ("c_attn",))
+
+
+# ----- the presets of 2025 ------------------------------------------------------------------
+NEW_PRESETS = {
+    "qwen3-0.6b": ("qwen3", 0.596e9),
+    "qwen3-1.7b": ("qwen3", 1.721e9),
+    "qwen3-4b": ("qwen3", 4.022e9),
+    "qwen3-8b": ("qwen3", 8.191e9),
+    "qwen3-14b": ("qwen3", 14.768e9),
+    "qwen3-32b": ("qwen3", 32.762e9),
+    "gemma-3-1b": ("gemma3_text", 1.000e9),
+    "llama-3.3-70b": ("llama", 70.554e9),
+    "phi-4": ("phi3", 14.660e9),
+    "smollm3-3b": ("smollm3", 3.075e9),
+    "granite-3.3-8b": ("granite", 8.171e9),
+}
+
+
+@pytest.mark.parametrize("name", NEW_PRESETS)
+def test_presets_of_2025_have_their_family_size_and_release(name: str) -> None:
+    from lessonkit.models.spec import _preset_data, get_preset
+
+    family, size = NEW_PRESETS[name]
+    spec = get_preset(name)
+    assert spec.family == family
+    assert abs(spec.n_params - size) < 0.001e9  # the size each model card states, rounded
+    entry = _preset_data()[name]
+    assert entry["as_of"] >= "2024-12-01" and entry["hf_id"] in entry["source"]
+
+
+def test_preset_names_are_grouped_by_family() -> None:
+    from lessonkit.models.spec import get_preset, preset_groups, preset_names
+
+    groups = preset_groups()
+    assert [n for names in groups.values() for n in names] == preset_names()
+    assert groups["Qwen3"] == [n for n in NEW_PRESETS if n.startswith("qwen3")]
+    for label, names in groups.items():
+        assert len({get_preset(n).family for n in names}) == 1, label
+
+
+def test_a_near_miss_suggests_the_preset() -> None:
+    from lessonkit.models.spec import get_preset
+
+    with pytest.raises(LessonkitError, match="Did you mean 'qwen3-1.7b' or 'qwen3-8b'"):
+        get_preset("qwen3-7b")
+    assert get_preset("Qwen3 8B").name == "qwen3-8b"
