@@ -209,6 +209,15 @@ def assumptions(step: Any) -> list[str]:
             "gradient shards exist from the first and are added to in place",
         }[s.zero_stage]
         notes.append(f"{s.n_gpus} GPUs, {kind}; figures are per GPU.")
+        root_heavy = (
+            step.fsdp and step.fsdp["root_params"] > spec.n_layers * step.fsdp["layer_params"]
+        )
+        if root_heavy:
+            notes.append(
+                "The embeddings and lm_head outweigh the decoder layers here, so ZeRO-3 can need "
+                "more per GPU than ZeRO-2: at the end of backward the root's gathered "
+                "parameters, their unsharded gradients and its reduce-scatter input exist at once."
+            )
     if s.no_sync:
         notes.append(
             "no_sync: gradients are reduced on the last micro-batch only (FSDP2's "
