@@ -211,6 +211,8 @@ class RMSNorm:
             flow.element_bytes,
             normed,
         )
+        if self.float_output and flow.needs_grad:  # 1 + weight, in fp32, for the input's grad
+            saved.add(f"{name}.scale", 4 * spec.hidden_size)
         return Flow(f"{name}.out", ctx.residual_bytes, grad)
 
 
@@ -317,6 +319,7 @@ class Attention:
     fused: bool = False
     qk_norm: str = "none"
     float_norm: bool = False  # Gemma 3's QK norms weigh in fp32
+    sliding: bool = False  # sliding-window layers (Gemma 3): a mask beyond the window
 
     def parameters(self, spec: ModelSpec) -> tuple[ParamTensor, ...]:
         return _owned(spec, ("self_attn.",))
@@ -346,11 +349,20 @@ class Attention:
             saved.add("rope.sin", residual * ctx.seq_len * spec.head_width)
         qk_bytes = max(compute, residual)  # q * cos promotes to the residual dtype
         attention_core(saved, ctx, spec, f"{prefix}.attn", qk_bytes, v_key, any_grad)
+        window = spec.extra.get("sliding_window")
+        beyond = isinstance(window, int) and ctx.seq_len > window
+        if self.sliding and any_grad and ctx.attention != "eager" and beyond:
+            # past the window SDPA is given the mask: the CPU kernel keeps it expanded to
+            # every head, as bool, in each layer (measured); on CUDA the model's [batch, 1,
+            # seq, seq] bool mask as given, counted in each layer (not measured)
+            heads = spec.n_heads if ctx.cpu_kernels else 1
+            saved.add(f"{prefix}.attn.mask", ctx.batch_size * heads * ctx.seq_len**2)
         out_grad = linear(
             saved,
             ctx,
             f"{prefix}.o_proj",
-            Flow(f"{prefix}.attn.out", compute, any_grad),
+            # Phi-3's attention output reaches o_proj as a copy of its own (measured)
+            Flow(f"{prefix}.attn.{'merged' if self.fused else 'out'}", compute, any_grad),
             q_size,
             hidden,
             ctx.qlora,
@@ -372,6 +384,8 @@ class Attention:
             key = f"{prefix}.{part}_proj.out"
             name = f"{prefix}.{part}_norm"
             rmsnorm(saved, ctx, name, key, grad, width, out_bytes, normed, heads if per_head else 1)
+            if self.float_norm and grad:  # Gemma's 1 + weight, in fp32
+                saved.add(f"{name}.scale", 4 * width)
 
 
 @dataclass(frozen=True)
@@ -625,7 +639,7 @@ _LAYERS = {
             Branch(
                 "x",
                 RMSNorm("input_layernorm", "n1", float_output=True),
-                Attention(qk_norm="head", float_norm=True),
+                Attention(qk_norm="head", float_norm=True, sliding=True),
                 RMSNorm("post_attention_layernorm", "n1post", float_output=True),
             ),
             Branch(

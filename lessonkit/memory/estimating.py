@@ -56,6 +56,8 @@ def _buffer_bytes(spec: ModelSpec, stored_bytes: int) -> int:
         inventory = meta_inventory(spec.extra["config"], spec.extra["model_type"], spec.n_layers)
         return int(inventory["buffer_bytes"])
     rotary = 2 * 4 * (spec.head_width // 2)  # rotary inv_freq and original_inv_freq, fp32
+    if spec.family == "gemma3_text" and spec.n_layers >= 6:
+        rotary *= 2  # one pair for the sliding-window layers, one for the global ones (every 6th)
     # Gemma 3's embeddings hold their scale, sqrt(hidden_size), as a buffer of the weights' dtype
     return rotary + (stored_bytes if spec.family == "gemma3_text" else 0)
 

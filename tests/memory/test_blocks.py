@@ -135,3 +135,50 @@ def test_attention_saves_what_the_llama_attention_saves(attention: str) -> None:
         mask = torch.full((ctx.seq_len, ctx.seq_len), -math.inf).triu(1)[None, None]
     measured = _measured_saved(module, x, position_embeddings=cos_sin, attention_mask=mask)
     assert saved.activations == measured
+
+
+@pytest.mark.parametrize("family", ["qwen3", "olmo2", "gemma3", "phi3"])
+@pytest.mark.parametrize("trains_base", [True, False])
+def test_a_decoder_layer_saves_what_transformers_layer_saves(
+    family: str, trains_base: bool
+) -> None:
+    """The blocks of each 2025 family's layer against its transformers decoder layer, in fp32
+    (full fine-tuning) or bf16 with frozen weights; rotary tables given as the model makes
+    them (one row, shared by every layer, so left out of both)."""
+    pytest.importorskip("transformers")
+    import torch
+    import transformers
+    from test_accuracy import FAMILY_SPECS
+
+    spec = FAMILY_SPECS[family]
+    dtype, width = (torch.float32, 4) if trains_base else (torch.bfloat16, 2)
+    ctx = acts.StepContext(
+        batch_size=2,
+        seq_len=32,
+        residual_bytes=width,
+        compute_bytes=width,
+        autocast=False,
+        trains_base=trains_base,
+        lora_targets=frozenset(),
+        adapter_bytes=4,
+        lora_rank=8,
+        qlora=False,
+        attention="sdpa",
+        dropout=0.0,
+        cpu_kernels=True,
+    )
+    saved = acts.decoder_layer(spec).saved(spec, ctx, 1, True)
+    estimated = saved.activations - sum(b for k, b in saved.items.items() if k.startswith("rope."))
+    config = spec.to_hf_config()
+    config._attn_implementation = "sdpa"
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    layer = model.model.layers[1]
+    layer.requires_grad_(trains_base)
+    x = torch.randn(2, 32, spec.hidden_size, dtype=dtype, requires_grad=True)
+    positions = torch.arange(32)[None]
+    rotary = model.model.rotary_emb
+    args = (x, positions, "sliding_attention") if family == "gemma3" else (x, positions)
+    cos, sin = rotary(*args)
+    measured = _measured_saved(layer, x, position_embeddings=(cos, sin), attention_mask=None)
+    rope = cos.untyped_storage().nbytes() + sin.untyped_storage().nbytes()
+    assert estimated == measured - rope

@@ -130,3 +130,21 @@ def test_a_near_miss_suggests_the_preset() -> None:
     with pytest.raises(LessonkitError, match="Did you mean 'qwen3-1.7b' or 'qwen3-8b'"):
         get_preset("qwen3-7b")
     assert get_preset("Qwen3 8B").name == "qwen3-8b"
+
+
+@pytest.mark.parametrize("name", ["gemma-3-1b", "qwen3-0.6b", "phi-4", "granite-3.3-8b"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_preset_weights_are_the_meta_models_bytes(name: str, precision: str) -> None:
+    """Parameters and buffers (Gemma 3: two rotary tables and the embedding scale)."""
+    import lessonkit
+    from lessonkit.models.spec import get_preset
+
+    spec = get_preset(name)
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(spec.to_hf_config(), dtype=dtype)
+    tensors = [*model.parameters(), *model.buffers()]
+    real = sum(t.numel() * t.element_size() for t in tensors)
+    assert (
+        lessonkit.estimate(spec, precision=precision).settings["estimated"]["weight_bytes"] == real
+    )
