@@ -25,8 +25,8 @@ from typing import Any
 from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
 from ..options import DTYPE_BYTES
 from . import activations as acts
+from . import layers, step_notes, zero3
 from . import optimizers as opt
-from . import step_notes, zero3
 from .report import MemoryReport
 from .settings import RunSettings, validate_run
 from .step_notes import cuda_constants
@@ -319,7 +319,7 @@ class _Step:
         if spec.family == "traced":
             first = other = self._traced_layer()
         else:
-            layer = acts.decoder_layer(spec)
+            layer = layers.decoder_layer(spec)
             first_grad = full or ckpt  # checkpointing with LoRA makes the inputs require grad
             first = layer.saved(spec, ctx, 0, first_grad)
             other = layer.saved(spec, ctx, 1, True)
@@ -330,9 +330,9 @@ class _Step:
         self.first_copies = first.weight_copies
         self.first_layer, self.other_layer = first, other
         self.rope = rope
-        self.embed_saved = acts.Embeddings().saved_bytes(spec, ctx, ckpt)
+        self.embed_saved = layers.Embeddings().saved_bytes(spec, ctx, ckpt)
         # the head: final norm, lm_head, log-softmax (fp32) and the targets
-        head = acts.Head().saved(spec, ctx)
+        head = layers.Head().saved(spec, ctx)
         if spec.family == "traced":
             head = acts.Saved()
             head.add("traced", int(self.trace.outside_per_token * t))

@@ -12,6 +12,7 @@ import math
 import pytest
 
 from lessonkit.memory import activations as acts
+from lessonkit.memory import layers
 from lessonkit.models.spec import ModelSpec, resolve_model
 
 SPEC = ModelSpec(
@@ -47,11 +48,11 @@ def _context(trains_base: bool = True, attention: str = "sdpa") -> acts.StepCont
 
 @pytest.mark.parametrize("spec", [SPEC, GPT2], ids=lambda s: s.family)
 def test_the_blocks_own_every_parameter_of_a_layer_once(spec: ModelSpec) -> None:
-    layer = acts.decoder_layer(spec)
+    layer = layers.decoder_layer(spec)
     names = [t.name for t in layer.parameters(spec)]
     assert sorted(names) == sorted(t.name for t in spec.parameter_tensors().layer)
     assert len(names) == len(set(names))
-    outer = acts.Embeddings().parameters(spec) + acts.Head().parameters(spec)
+    outer = layers.Embeddings().parameters(spec) + layers.Head().parameters(spec)
     assert sorted(t.name for t in outer) == sorted(t.name for t in spec.parameter_tensors().outer)
 
 
@@ -148,7 +149,8 @@ def test_a_decoder_layer_saves_what_transformers_layer_saves(
     pytest.importorskip("transformers")
     import torch
     import transformers
-    from test_accuracy import FAMILY_SPECS
+
+    from tests.memory.test_accuracy import FAMILY_SPECS
 
     spec = FAMILY_SPECS[family]
     dtype, width = (torch.float32, 4) if trains_base else (torch.bfloat16, 2)
@@ -167,7 +169,7 @@ def test_a_decoder_layer_saves_what_transformers_layer_saves(
         dropout=0.0,
         cpu_kernels=True,
     )
-    saved = acts.decoder_layer(spec).saved(spec, ctx, 1, True)
+    saved = layers.decoder_layer(spec).saved(spec, ctx, 1, True)
     estimated = saved.activations - sum(b for k, b in saved.items.items() if k.startswith("rope."))
     config = spec.to_hf_config()
     config._attn_implementation = "sdpa"
