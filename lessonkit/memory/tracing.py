@@ -12,6 +12,7 @@ few seconds.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -110,6 +111,7 @@ def _saved_bytes(spec: ModelSpec, settings: RunSettings) -> int:
     storage_ref: Any = reductions.StorageWeakRef  # a key per storage, fake ones too
     with contextlib.ExitStack() as stack:
         stack.enter_context(unpacked_sequences())
+        stack.enter_context(_quiet("torch._subclasses.fake_tensor"))  # a refusal is an error
         model = build_model(spec, settings, "meta")
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         model.to_empty(device="cpu")
@@ -131,3 +133,18 @@ def _saved_bytes(spec: ModelSpec, settings: RunSettings) -> int:
         ):
             model(input_ids=ids, labels=ids)
         return sum(storages.values())
+
+
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    """Silence ``logger`` (FakeTensorMode logs a traceback for an operator it cannot run,
+    which the trace handles: it retries in bf16 or says the model cannot be traced)."""
+    import logging
+
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
