@@ -6,12 +6,13 @@ safe_repr), never the layers above it.
 """
 
 from .recipes import not_modelled, recipe_defaults, recipe_names, usual_recipe
-from .spec import ModelSpec, get_preset, preset_names, resolve_model
+from .spec import ModelSpec, get_preset, preset_groups, preset_names, resolve_model
 
 __all__ = [
     "ModelSpec",
     "get_preset",
     "not_modelled",
+    "preset_groups",
     "preset_names",
     "recipe_defaults",
     "recipe_names",

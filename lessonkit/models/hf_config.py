@@ -20,7 +20,23 @@ from ..errors import LessonkitError
 from ..safe_repr import short_repr, short_str
 
 # The model_type values lessonkit reads: the families a ModelSpec describes.
-FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gemma2", "gpt2")
+# Families read through transformers' own config class (its defaults fill what config.json
+# leaves out), with what sets each apart from Llama: QK norm (qwen3, gemma3_text, olmo2),
+# norms after each sublayer (olmo2, gemma3_text), fused projections (phi3), layers without
+# rotary (smollm3), multipliers (granite).
+CONFIG_CLASS_FAMILIES = ("qwen3", "gemma3_text", "phi3", "olmo2", "smollm3", "granite")
+FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gemma2", "gpt2", *CONFIG_CLASS_FAMILIES)
+# What spec.extra keeps of these configs, to build the same model again.
+_EXTRA_FIELDS = (
+    "final_logit_softcapping",
+    "sliding_window",
+    "query_pre_attn_scalar",
+    "embedding_multiplier",
+    "residual_multiplier",
+    "attention_multiplier",
+    "logits_scaling",
+    "no_rope_layer_interval",
+)
 _GELU_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 # A config.json is a few kilobytes; anything this large is not one (e.g. a link to /dev/zero).
 MAX_CONFIG_BYTES = 10 * 2**20
@@ -34,8 +50,9 @@ def read_hf_config(config: object) -> tuple[dict[str, Any], str | None]:
         return _read_file(config)
     if isinstance(config, Mapping):
         return dict(config), None
-    if callable(getattr(config, "to_dict", None)):  # a transformers PretrainedConfig
-        data = config.to_dict()
+    to_dict = getattr(config, "to_dict", None)
+    if callable(to_dict):  # a transformers PretrainedConfig
+        data = to_dict()
         if not isinstance(data, dict):
             raise LessonkitError(
                 f"{type(config).__name__}.to_dict() gave "
@@ -125,7 +142,7 @@ def _whole(data: Mapping[str, Any], key: str, family: str, default: Any = _MISSI
     if value is None:
         if default is _MISSING:
             raise LessonkitError(f"The {family} config lacks the field {key!r}.")
-        return default
+        return int(default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise LessonkitError(
             f"{key} in the {family} config must be a whole number >= 1, got {short_repr(value)}."
@@ -159,14 +176,20 @@ def _text(data: Mapping[str, Any], keys: tuple[str, ...], family: str, default: 
 def spec_fields(data: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
     """The keyword arguments of a ModelSpec read from a ``config.json`` dict, each checked."""
     family = data.get("model_type")
-    if not isinstance(family, str) or family not in FAMILIES:
-        raise LessonkitError(
-            f"Unsupported model_type {short_repr(family)} in the config; lessonkit reads "
-            f"{', '.join(FAMILIES)}. For another decoder-only model, build a ModelSpec by hand."
-        )
+    if family == "gemma3" and isinstance(data.get("text_config"), Mapping):
+        # Gemma 3 with its vision tower: the language model is its text config
+        text = dict(data["text_config"], model_type="gemma3_text")
+        text.setdefault("_name_or_path", data.get("_name_or_path"))
+        data, family = text, "gemma3_text"
+    if isinstance(family, str) and family in CONFIG_CLASS_FAMILIES:
+        data = _through_config_class(family, data)
     if name is None:
         given = data.get("_name_or_path")
-        name = given if isinstance(given, str) and given.strip() else family
+        name = given if isinstance(given, str) and given.strip() else str(family)
+    if not isinstance(family, str) or family not in FAMILIES:
+        from .traced import traced_fields
+
+        return traced_fields(family, data, name, FAMILIES)
     if family == "gpt2":
         hidden = _whole(data, "n_embd", family, 768)
         heads = _whole(data, "n_head", family, 12)
@@ -210,14 +233,34 @@ def spec_fields(data: Mapping[str, Any], name: str | None = None) -> dict[str, A
         head_dim=_whole(data, "head_dim", family, hidden // heads),
         intermediate_size=_whole(data, "intermediate_size", family),
         vocab_size=_whole(data, "vocab_size", family),
-        tie_embeddings=_flag(data, "tie_word_embeddings", family, family in ("gemma", "gemma2")),
+        tie_embeddings=_flag(
+            data, "tie_word_embeddings", family, family in ("gemma", "gemma2", "gemma3_text")
+        ),
         gated_mlp=True,
         norm="rmsnorm",
         attention_bias=attention_bias,
         mlp_bias=_flag(data, "mlp_bias", family, False),
         hidden_act=_text(data, ("hidden_act", "hidden_activation"), family, "silu"),
-        extra={k: data[k] for k in ("final_logit_softcapping", "sliding_window") if k in data},
+        extra={k: data[k] for k in _EXTRA_FIELDS if data.get(k) is not None},
     )
+
+
+def _through_config_class(family: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` as transformers' config class for ``family`` completes it (its defaults for
+    what is left out); the config's own fields, checked, where transformers is missing."""
+    try:
+        import transformers
+    except ImportError:
+        return dict(data)
+    fields = {k: v for k, v in data.items() if k != "model_type"}
+    try:
+        config = transformers.AutoConfig.for_model(family, **fields)
+    except Exception as err:  # transformers' own checks of the fields
+        raise LessonkitError(
+            f"transformers cannot read this {family} config: {short_str(err, 200)}"
+        ) from None
+    filled = config.to_dict()
+    return {**filled, "model_type": family}
 
 
 def hf_config_from_spec(spec: Any) -> Any:
@@ -257,6 +300,19 @@ def hf_config_from_spec(spec: Any) -> Any:
     if spec.family == "gemma":
         fields["hidden_activation"] = fields.pop("hidden_act")
         return transformers.GemmaConfig(**fields)
+    if spec.family in CONFIG_CLASS_FAMILIES:
+        if spec.family == "gemma3_text":
+            fields["hidden_activation"] = fields.pop("hidden_act")
+        if spec.family in ("qwen3", "olmo2", "smollm3", "granite"):
+            fields.update(attention_bias=spec.attention_bias != "none")
+        if spec.family in ("smollm3", "granite"):
+            fields.update(mlp_bias=spec.mlp_bias)
+        if spec.family == "phi3":
+            fields.pop("head_dim")
+        extra = {k: v for k, v in spec.extra.items() if k in _EXTRA_FIELDS}
+        # no padding token: its index (e.g. Phi-3's 32000) may lie outside a smaller vocabulary
+        fields.update(pad_token_id=None, bos_token_id=None, eos_token_id=None)
+        return transformers.AutoConfig.for_model(spec.family, **{**extra, **fields})
     fields["hidden_activation"] = fields.pop("hidden_act")
     fields.update(dict(spec.extra.items()))
     return transformers.Gemma2Config(**fields)

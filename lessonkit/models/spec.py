@@ -17,17 +17,35 @@ from ..errors import LessonkitError, normalise_name, real_number, unknown_name_m
 from ..safe_repr import short_repr
 from ..units import parse_count
 from .hf_config import FAMILIES, hf_config_from_spec, read_hf_config, spec_fields
+from .traced import TRACED, meta_inventory, traced_config
 
 # Linear layers per family, in the names peft uses for ``target_modules``.
 LINEAR_MODULES = {
     "gpt2": ("c_attn", "c_proj", "c_fc"),
+    "phi3": ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"),
     "default": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
 }
 # peft's default ``target_modules`` per family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
-PEFT_DEFAULT_TARGETS = {"gpt2": ("c_attn",), "default": ("q_proj", "v_proj")}
+# phi3 has none there: lessonkit takes its fused attention input, qkv_proj.
+PEFT_DEFAULT_TARGETS = {"gpt2": ("c_attn",), "phi3": ("qkv_proj",), "default": ("q_proj", "v_proj")}
+# Families whose attention normalises q and k: per head (over head_dim) or over the whole
+# projection (OLMo 2).
+QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "projection"}
+# The norms of a decoder layer, by where they sit: before a sublayer ("pre"), after it
+# ("post"), or both (Gemma 2 and 3).
+LAYER_NORMS = {
+    "pre": ("input_layernorm", "post_attention_layernorm"),
+    "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
+    "both": (
+        "input_layernorm",
+        "post_attention_layernorm",
+        "pre_feedforward_layernorm",
+        "post_feedforward_layernorm",
+    ),
+}
 
 
-class _DefaultTargets(tuple):
+class _DefaultTargets(tuple[str, ...]):
     """The default of ``lora_targets``: equal to ("q_proj", "v_proj"), but recognisable, so
     that a family without those modules gets its own peft default instead of an error."""
 
@@ -42,17 +60,13 @@ _LINEAR_PATHS = {
     "gate_proj": "mlp.gate_proj",
     "up_proj": "mlp.up_proj",
     "down_proj": "mlp.down_proj",
+    "qkv_proj": "self_attn.qkv_proj",
+    "gate_up_proj": "mlp.gate_up_proj",
     "c_attn": "attn.c_attn",
     "attn.c_proj": "attn.c_proj",
     "c_fc": "mlp.c_fc",
     "mlp.c_proj": "mlp.c_proj",
 }
-_NORM_NAMES = (
-    "input_layernorm",
-    "post_attention_layernorm",
-    "pre_feedforward_layernorm",
-    "post_feedforward_layernorm",
-)
 NORMS = ("rmsnorm", "layernorm")
 ATTENTION_BIASES = ("none", "qkv", "all")
 # The largest dimension a ModelSpec takes: far above any model made (hidden sizes reach tens
@@ -105,7 +119,7 @@ class ModelSpec:
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.family, str) or self.family not in FAMILIES:
+        if not isinstance(self.family, str) or self.family not in (*FAMILIES, TRACED):
             raise LessonkitError(
                 f"Unknown model family {short_repr(self.family)}; supported: {', '.join(FAMILIES)}."
             )
@@ -160,16 +174,29 @@ class ModelSpec:
 
     # ----- parameter counts -------------------------------------------------------------
     @property
+    def head_width(self) -> int:
+        """The width of one attention head (``head_dim``, filled in when not given)."""
+        assert self.head_dim is not None  # set by __post_init__
+        return self.head_dim
+
+    @property
     def q_size(self) -> int:
-        return self.n_heads * self.head_dim
+        return self.n_heads * self.head_width
 
     @property
     def kv_size(self) -> int:
-        return self.n_kv_heads * self.head_dim
+        return self.n_kv_heads * self.head_width
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in_features, out_features) of each linear layer in one block, by peft name."""
+        """(in_features, out_features) of each linear layer in one block, by peft name; for
+        a traced model, of every linear layer of the decoder, by its module's full name."""
         h, i = self.hidden_size, self.intermediate_size
+        if self.family == TRACED:
+            return {
+                t.name.removesuffix(".weight"): (t.shape[1], t.shape[0])
+                for t in self.parameter_tensors().outer
+                if t.kind == "linear"
+            }
         if self.family == "gpt2":
             # GPT-2's "c_proj" names both the attention output and the MLP output.
             return {
@@ -177,6 +204,13 @@ class ModelSpec:
                 "attn.c_proj": (h, h),
                 "c_fc": (h, i),
                 "mlp.c_proj": (i, h),
+            }
+        if self.family == "phi3":  # fused q, k, v and gate, up
+            return {
+                "qkv_proj": (h, self.q_size + 2 * self.kv_size),
+                "o_proj": (self.q_size, h),
+                "gate_up_proj": (h, 2 * i),
+                "down_proj": (i, h),
             }
         shapes = {
             "q_proj": (h, self.q_size),
@@ -192,7 +226,22 @@ class ModelSpec:
 
     @property
     def norms_per_layer(self) -> int:
-        return 4 if self.family == "gemma2" else 2
+        return len(self.layer_norm_names)
+
+    @property
+    def norm_placement(self) -> str:
+        """Where a decoder layer's norms sit: "pre", "post" (OLMo 2) or "both" (Gemma 2, 3)."""
+        return {"gemma2": "both", "gemma3_text": "both", "olmo2": "post"}.get(self.family, "pre")
+
+    @property
+    def layer_norm_names(self) -> tuple[str, ...]:
+        return LAYER_NORMS[self.norm_placement]
+
+    @property
+    def qk_norm(self) -> str:
+        """ "head" (an RMSNorm over each head of q and k), "projection" (over all of q and
+        of k: OLMo 2) or "none"."""
+        return QK_NORM.get(self.family, "none")
 
     def parameter_tensors(self) -> ParameterTensors:
         """Every parameter tensor, named and shaped as transformers creates it: one decoder
@@ -202,6 +251,13 @@ class ModelSpec:
 
     def _list_parameter_tensors(self) -> ParameterTensors:
         h, gpt2 = self.hidden_size, self.family == "gpt2"
+        if self.family == TRACED:  # every tensor of the meta model, as an outer one
+            inventory = meta_inventory(
+                self.extra["config"], self.extra["model_type"], self.n_layers
+            )
+            return ParameterTensors(
+                (), tuple(ParamTensor(n, s, k) for n, s, k in inventory["tensors"])
+            )
 
         def norm(name: str) -> list[ParamTensor]:
             out = [ParamTensor(f"{name}.weight", (h,), "norm")]
@@ -236,10 +292,17 @@ class ModelSpec:
             ]
             outer += norm("transformer.ln_f")
         else:
+            qk: list[ParamTensor] = []
+            if self.qk_norm != "none":
+                head = self.qk_norm == "head"
+                q_width = self.head_width if head else self.q_size
+                k_width = self.head_width if head else self.kv_size
+                qk = [
+                    ParamTensor("self_attn.q_norm.weight", (q_width,), "norm"),
+                    ParamTensor("self_attn.k_norm.weight", (k_width,), "norm"),
+                ]
             layer = (
-                linears
-                + biases
-                + [t for name in _NORM_NAMES[: self.norms_per_layer] for t in norm(name)]
+                linears + biases + qk + [t for name in self.layer_norm_names for t in norm(name)]
             )
             outer = [ParamTensor("model.embed_tokens.weight", (self.vocab_size, h), "embed")]
             outer += norm("model.norm")
@@ -274,7 +337,7 @@ class ModelSpec:
     @property
     def n_params(self) -> int:
         """Total parameters, as ``sum(p.numel() for p in model.parameters())`` counts them."""
-        return self._count("linear", "bias", "norm", "embed", "head")
+        return self._count("linear", "bias", "norm", "embed", "head", "other")
 
     def lora_shapes(self, targets: tuple[str, ...] | str) -> list[tuple[int, int]]:
         """Per-layer (in, out) of the linear layers that LoRA ``targets`` select."""
@@ -283,7 +346,9 @@ class ModelSpec:
             return list(shapes.values())
         if isinstance(targets, str):
             targets = (targets,)
-        allowed = LINEAR_MODULES["gpt2" if self.family == "gpt2" else "default"]
+        allowed = LINEAR_MODULES.get(self.family, LINEAR_MODULES["default"])
+        if self.family == TRACED:
+            allowed = tuple(sorted({key.split(".")[-1] for key in shapes}))
         if not self.gated_mlp and self.family != "gpt2":
             allowed = tuple(a for a in allowed if a != "gate_proj")
         chosen = []
@@ -322,7 +387,8 @@ class ModelSpec:
 
     def lora_params(self, rank: int, targets: tuple[str, ...] | str) -> int:
         """Trainable parameters of LoRA adapters: rank x (in + out) per targeted layer."""
-        return self.n_layers * sum(rank * (a + b) for a, b in self.lora_shapes(targets))
+        layers = 1 if self.family == TRACED else self.n_layers  # traced: every layer's
+        return layers * sum(rank * (a + b) for a, b in self.lora_shapes(targets))
 
     # ----- conversions --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -341,6 +407,8 @@ class ModelSpec:
 
     def to_hf_config(self) -> Any:
         """A transformers config object that builds this model (imports transformers)."""
+        if self.family == TRACED:
+            return traced_config(self.extra["config"], self.extra["model_type"], self.n_layers)
         return hf_config_from_spec(self)
 
 
@@ -356,18 +424,45 @@ def _preset_data() -> dict[str, dict[str, Any]]:
     return {entry["name"]: entry for entry in json.loads(text)["models"]}
 
 
+# How a model menu names each family's group of presets.
+FAMILY_LABELS = {
+    "llama": "Llama",
+    "mistral": "Mistral",
+    "qwen2": "Qwen2.5",
+    "qwen3": "Qwen3",
+    "gemma": "Gemma",
+    "gemma2": "Gemma 2",
+    "gemma3_text": "Gemma 3",
+    "phi3": "Phi",
+    "olmo2": "OLMo 2",
+    "smollm3": "SmolLM",
+    "granite": "Granite",
+    "gpt2": "GPT-2",
+}
+
+
+def preset_groups() -> dict[str, list[str]]:
+    """The presets by family, for a model menu: {"Llama": ["llama-2-7b", ...], "Qwen3": [...]},
+    the families in the order their first preset appears, each family's presets in file order."""
+    groups: dict[str, list[str]] = {}
+    for name, entry in _preset_data().items():
+        family = entry["shape"]["family"]
+        groups.setdefault(FAMILY_LABELS.get(family, family), []).append(name)
+    return groups
+
+
 def preset_names() -> list[str]:
-    """Names of the model presets shipped with lessonkit."""
-    return list(_preset_data())
+    """Names of the model presets shipped with lessonkit, grouped by family (preset_groups)."""
+    return [name for names in preset_groups().values() for name in names]
 
 
 @cache
 def get_preset(name: str) -> ModelSpec:
     """A preset by name, forgiving case and separators ('Llama-2-7B', 'llama2 7b')."""
-    by_key = {}
-    for key, entry in _preset_data().items():
-        for alias in [key, *entry.get("aliases", [])]:
-            by_key[normalise_name(alias)] = key
+    by_key: dict[str, str] = {}
+    for preset, entry in _preset_data().items():
+        for alias in [preset, *entry.get("aliases", [])]:
+            by_key[normalise_name(alias)] = preset
     key = by_key.get(normalise_name(name))
     if key is None:
         raise LessonkitError(unknown_name_message(name, preset_names(), "model"))

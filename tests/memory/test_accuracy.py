@@ -110,6 +110,57 @@ SPECS = {
     ),
 }
 
+
+def _family_spec(family: str, **fields: object) -> ModelSpec:
+    """A small model of ``family`` read, as a config.json is, through transformers' own
+    config class (its defaults for every field not given)."""
+    import transformers
+
+    small = dict(
+        hidden_size=256,
+        intermediate_size=704,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=4096,
+        pad_token_id=None,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    config = transformers.AutoConfig.for_model(family, **(small | fields)).to_dict()
+    return ModelSpec.from_hf_config(config | {"model_type": family}, name=f"tiny-{family}")
+
+
+# the families of 2025: QK norm (qwen3, gemma3_text per head, olmo2 over the projection),
+# norms after each sublayer (olmo2, gemma3_text), fused projections (phi3), layers without
+# rotary (smollm3), multipliers (granite: Granite 3's own values)
+FAMILY_SPECS = {
+    "qwen3": _family_spec("qwen3"),
+    "gemma3": _family_spec("gemma3_text", head_dim=64, sliding_window=64, query_pre_attn_scalar=64),
+    "phi3": _family_spec("phi3"),
+    "olmo2": _family_spec("olmo2"),
+    "smollm3": _family_spec("smollm3"),
+    "granite": _family_spec(
+        "granite",
+        embedding_multiplier=12.0,
+        residual_multiplier=0.22,
+        attention_multiplier=0.0078125,
+        logits_scaling=8.0,
+    ),
+}
+SPECS.update(FAMILY_SPECS)
+# full, LoRA and QLoRA, with and without checkpointing, for each of them
+FAMILY_ROWS = [
+    (family, dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing))
+    for family in FAMILY_SPECS
+    for method in (
+        {},
+        dict(method="lora", precision="bf16"),
+        dict(method="qlora", precision="bf16"),
+    )
+    for checkpointing in (False, True)
+]
+
 # (family, settings): every method, precision and optimizer, several batch sizes and lengths,
 # checkpointing on and off, eager and SDPA attention, one and several GPUs.
 # LoRA and QLoRA rows name their precision: bf16-mixed (an fp32 base under autocast) or bf16
@@ -700,6 +751,9 @@ GRID = [
 ]
 
 
+GRID += FAMILY_ROWS
+
+
 def _id(case: tuple[str, dict]) -> str:
     family, kw = case
     return family + "-" + "-".join(f"{k}={v}" for k, v in kw.items())
@@ -780,6 +834,13 @@ def test_grid_covers_what_it_claims() -> None:
     assert {kw.get("method", "full") for kw in no_sync} >= {"full", "lora"}
     assert {kw.get("precision", "bf16-mixed") for kw in no_sync} >= {"bf16-mixed", "bf16"}
     assert any(kw.get("gradient_checkpointing") for kw in no_sync)
+    for family in FAMILY_SPECS:
+        rows = {
+            (kw.get("method", "full"), kw["gradient_checkpointing"])
+            for f, kw in GRID
+            if f == family
+        }
+        assert rows == {(m, c) for m in METHODS for c in (False, True)}, family
 
 
 @pytest.mark.parametrize("case", GRID, ids=_id)

@@ -254,6 +254,7 @@ def test_zero3_mixed_gathers_in_16_bits_without_autocast(spec, kw):
             - m["optimizer_bytes"]
         )
 
+    # bf16-mixed named: LoRA's own default is pure bf16
     mixed = measure(spec, n_gpus=4, zero_stage=3, precision="bf16-mixed", **SHORT, **kw)
     pure = measure(spec, n_gpus=4, zero_stage=3, precision="bf16", **SHORT, **kw)
     assert forward_extra(mixed) == forward_extra(pure)

@@ -89,7 +89,7 @@ BAD_CONFIGS = {
         "vocab_size",
     ),
     "unknown model_type": (
-        lambda t: str(write(t / "mamba.json", llama(model_type="mamba"))),
+        lambda t: str(write(t / "vit.json", llama(model_type="vit"))),
         "Unsupported model_type",
     ),
     "model_type a list": (
@@ -335,7 +335,11 @@ def test_random_modelspec_fields_give_a_spec_that_counts_or_a_clear_error(values
     try:
         spec = ModelSpec(**(base | values))
     except LessonkitError as err:
-        assert str(err) and len(str(err)) < 500
+        refusal = str(err)
+    else:
+        refusal = None
+    if refusal is not None:
+        assert refusal and len(refusal) < 500
         return
     assert isinstance(spec.tie_embeddings, bool) and spec.norm in ("rmsnorm", "layernorm")
     assert spec.attention_bias in ("none", "qkv", "all") and spec.head_dim >= 1

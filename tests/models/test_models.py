@@ -174,9 +174,10 @@ def test_from_hf_config_reads_a_plain_llama_dict():
     assert ModelSpec.from_hf_config(config).n_params == get_preset("llama-3.1-8b").n_params
 
 
-def test_unknown_family_is_a_clear_error():
-    with pytest.raises(LessonkitError, match="Unsupported model_type 'mamba'.*llama"):
-        ModelSpec.from_hf_config({"model_type": "mamba", "hidden_size": 8})
+def test_what_is_not_a_causal_lm_is_a_clear_error():
+    pytest.importorskip("transformers")
+    with pytest.raises(LessonkitError, match="Unsupported model_type 'vit'.*causal.*llama"):
+        ModelSpec.from_hf_config({"model_type": "vit", "hidden_size": 8})
 
 
 def test_missing_config_field_is_a_clear_error():

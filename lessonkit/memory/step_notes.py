@@ -1,0 +1,247 @@
+"""The assumptions an estimate states, in words, and the data files they quote."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from ..units import GiB
+
+
+@lru_cache(maxsize=1)
+def pcie_link() -> dict[str, Any]:
+    """PCIe 4.0 x16 from the bandwidth ladder (lessonkit/data/bandwidth.json): the host link
+    activation offloading crosses."""
+    text = resources.files("lessonkit").joinpath("data/bandwidth.json").read_text()
+    return next(link for link in json.loads(text)["links"] if link["name"] == "PCIe 4.0 x16")
+
+
+@lru_cache(maxsize=1)
+def cuda_constants() -> dict[str, Any]:
+    """The CUDA context size and allocator margin (lessonkit/data/cuda_constants.json)."""
+    text = resources.files("lessonkit").joinpath("data/cuda_constants.json").read_text()
+    constants: dict[str, Any] = json.loads(text)
+    return constants
+
+
+def assumptions(step: Any) -> list[str]:
+    """The assumptions of an estimate, in words."""
+    spec, s = step.spec, step.settings
+    notes = []
+    if spec.note:
+        notes.append(spec.note)
+    if spec.family == "traced":
+        trace = step.trace
+        traced_in = "" if trace.precision == s.precision else f" in {trace.precision}"
+        notes.append(
+            "Traced figures: the activations (each decoder layer's saved tensors and autocast's "
+            "weight copies, and the embeddings' and head's) come from transformers' own "
+            f"{spec.extra.get('model_type')} model traced on a short step{traced_in} (1 and 2 "
+            "layers at the real widths, under FakeTensorMode) and scaled per layer and per "
+            "token; the first layer is taken as the others, and ZeRO-3's per-layer buffers are "
+            "left out. Weights, gradients and optimizer states are exact."
+        )
+    half = "fp16" if s.precision.startswith("fp16") else "bf16"
+    sharded_mixed = (
+        f"ZeRO-3 with {half} mixed precision as FSDP and DeepSpeed run it "
+        f"(FSDP2: MixedPrecisionPolicy(param_dtype={half}, reduce_dtype=fp32)): "
+        "fp32 shards of the weights, gradients and optimizer states; each layer "
+        f"is gathered directly in {half} and freed after use, so there are no "
+        "autocast copies; gradients are reduced in fp32."
+    )
+    notes.append(
+        sharded_mixed
+        if step.sharded_mixed
+        else {
+            "fp32": "fp32 weights, gradients, optimizer states and compute.",
+            "bf16-mixed": "fp32 weights under bf16 autocast: fp32 gradients and states, plus "
+            "autocast's bf16 copy of each weight, kept until its backward.",
+            "fp16-mixed": "fp32 weights under fp16 autocast: fp32 gradients and states, plus "
+            "autocast's fp16 copy of each weight (loss scaling adds nothing).",
+            "bf16": (
+                "Pure bf16: weights, gradients and optimizer states all in bf16."
+                if s.method == "full"
+                else f"The frozen base model in bf16 ({'NF4 linear layers, ' if s.method == 'qlora' else ''}"
+                f"no gradients or states); the adapters, their gradients and optimizer "
+                f"states in {s.lora_dtype}."
+            ),
+            "bf16-master": "bf16 weights and gradients; the optimizer keeps fp32 master weights "
+            "and fp32 states (4 + 4 + 4 bytes per parameter) and makes fp32 "
+            "copies of the gradients at the step.",
+        }[s.precision]
+    )
+    notes.append(
+        {
+            "adamw": "torch.optim.AdamW with foreach=True (the CUDA default): 2 states per "
+            "parameter, and one parameter-sized temporary set during the step.",
+            "adamw-fused": "torch.optim.AdamW(fused=True): 2 states per parameter, no step "
+            "temporaries.",
+            "adamw-forloop": "torch.optim.AdamW(foreach=False): 2 states per parameter; the step "
+            "goes one tensor at a time (two temporaries of the largest).",
+            "adamw-8bit": "bitsandbytes AdamW8bit: 2 uint8 states per parameter plus an fp32 "
+            "absmax per 256 values; tensors under 4096 elements keep fp32 states.",
+            "paged-adamw-8bit": "bitsandbytes PagedAdamW8bit: as AdamW8bit, counted on the GPU "
+            "(paging can move the states to CPU RAM under pressure).",
+            "sgd": "SGD without momentum: no optimizer state.",
+            "sgd-momentum": "SGD with momentum: one state per parameter.",
+            "adafactor": "transformers Adafactor: a row and a column vector per matrix (fp32), "
+            "no first moment.",
+            "lion": "Lion: one momentum state per parameter.",
+        }[s.optimizer]
+    )
+    if s.method != "full":
+        targets = s.lora_targets if isinstance(s.lora_targets, str) else ", ".join(s.lora_targets)
+        notes.append(
+            f"LoRA rank {s.lora_rank} on {targets}: "
+            f"{step.trainable_params:,} trainable parameters in {s.lora_dtype} "
+            "(peft keeps adapters in fp32 by default); the base model is frozen."
+        )
+        if spec.lora_default_note(s.lora_targets):
+            notes.append(spec.lora_default_note(s.lora_targets))
+    if s.method != "full" and s.lora_dropout:
+        notes.append(
+            f"LoRA dropout {s.lora_dropout:g} (peft): each adapter keeps its own "
+            "dropped-out copy of its input and, where the input needs a gradient, "
+            "the dropout's mask (1 byte per element on CUDA, the input's dtype on "
+            "CPU)."
+        )
+    if s.method == "qlora":
+        dq = (
+            "double quantization (a uint8 absmax per 64 values and an fp32 constant per 256 blocks)"
+            if s.double_quant
+            else "an fp32 absmax per 64 values"
+        )
+        notes.append(
+            "QLoRA: the decoder's linear weights in NF4, 0.5 bytes per parameter "
+            f"with {dq}; embeddings, norms and lm_head stay in "
+            f"{'fp32' if step.residual_bytes == 4 else 'bf16'}. Each layer's weight is "
+            "dequantized into a 16-bit temporary in forward and again in backward; "
+            "its output comes back in its input's dtype."
+        )
+        notes.append(
+            "bitsandbytes 0.43.2 or later (measured with 0.50.2): a 4-bit layer keeps only "
+            "its packed weight for backward."
+            if s.bitsandbytes == "current"
+            else "bitsandbytes before 0.43.2 (e.g. 0.41.1, 2023): each 4-bit layer also keeps its "
+            "input for backward, on the autograd context, so gradient checkpointing does "
+            "not free it (fixed by bitsandbytes PR #1270, released in 0.43.2)."
+        )
+    attn = {
+        "sdpa": "SDPA attention (flash / memory-efficient kernels): no seq x seq matrix is kept.",
+        "flash": "FlashAttention: no seq x seq matrix is kept.",
+        "eager": "Eager attention: the seq x seq scores and probabilities are kept for "
+        "every head (fp32 softmax).",
+    }[s.attention]
+    notes.append(attn)
+    if spec.family == "gpt2":
+        notes.append(
+            "GPT-2's dropout (0.1, transformers' default) is on: each dropout keeps "
+            "a mask"
+            + (
+                " in its input's dtype, and SDPA takes the math path (CPU kernels)."
+                if s.device == "cpu"
+                else " of 1 byte per element."
+            )
+        )
+    if s.gradient_checkpointing:
+        notes.append(
+            "Gradient checkpointing: each layer keeps only its input; one layer's "
+            "activations are recomputed at a time in backward."
+        )
+    if s.optimizer_in_backward:
+        notes.append(
+            "Optimizer step in backward (torchtune's optimizer_in_bwd, PyTorch's "
+            "register_post_accumulate_grad_hook tutorial): each parameter has its own "
+            "optimizer, stepped as soon as its gradient is made, which is then freed: one "
+            "tensor's gradient and step temporaries at a time, none kept after backward. "
+            "It rules out gradient accumulation and clipping by the global gradient norm."
+        )
+    if s.activation_offload:
+        link = pcie_link()
+        seconds = 2 * step.offloaded * s.gradient_accumulation / (link["bandwidth_gbs"] * 1e9)
+        notes.append(
+            "Activation offloading (torch.autograd.graph.save_on_cpu, TRL's "
+            "activation_offloading, torchtune's OffloadActivations) with checkpointing: "
+            "each layer's checkpointed input and the head's saved tensors live in CPU RAM "
+            f"(about {step.offloaded / GiB:.2f} GiB per micro-batch) and come back one "
+            "layer at a time in backward; autocast's copies of trained weights stay until "
+            "the forward ends. The cost is time: that much crosses PCIe twice per "
+            f"micro-batch, {seconds * 1e3:,.0f} ms per step at {link['name']}'s "
+            f"{link['bandwidth_gbs']:g} GB/s ({link['source']}), partly hidden behind "
+            "compute when the host memory is pinned."
+        )
+    if s.gradient_accumulation > 1:
+        notes.append(
+            f"{s.gradient_accumulation} micro-batches: activations are those of "
+            "one micro-batch, but gradients stay allocated between them."
+        )
+    logits = 4 * s.batch_size * s.seq_len * spec.vocab_size
+    if s.loss == "chunked":
+        notes.append(
+            f"Chunked cross-entropy in {s.loss_chunks} chunks (torchtune's "
+            "CEWithChunkedOutputLoss): lm_head runs on each chunk of the sequence and each "
+            "chunk's logits are upcast to fp32 in turn, so the full fp32 copy "
+            f"({logits / GiB:.2f} GiB for a vocabulary of {spec.vocab_size:,}) never exists; "
+            "the log-softmax of every chunk is still kept for backward."
+        )
+    else:
+        notes.append(
+            f"Logits: the loss upcasts the logits to fp32 and keeps the "
+            f"log-softmax ({logits / GiB:.2f} GiB for a vocabulary of "
+            f"{spec.vocab_size:,}); their gradients appear at the start of "
+            "backward."
+        )
+    if s.n_gpus > 1 or s.zero_stage:
+        kind = {
+            0: "DDP: everything replicated, plus gradient buckets as large as the gradients",
+            1: "ZeRO-1: optimizer states sharded",
+            2: "ZeRO-2: optimizer states and gradients sharded",
+            3: "ZeRO-3 (FSDP, one unit per decoder layer): parameters, gradients and "
+            "states sharded; the embeddings, final norm and lm_head stay gathered "
+            "through forward and backward; one decoder layer's parameters are "
+            "gathered at a time, beside the next layer's all-gather buffer "
+            "(prefetched); in backward, add that layer's unsharded gradients and one "
+            "reduce-scatter buffer (the previous layer's, then its own): at most "
+            "four layer-sized buffers at once, beside lm_head's unsharded gradient "
+            "(held until the root's reduction); with several micro-batches the "
+            "gradient shards exist from the first and are added to in place",
+        }[s.zero_stage]
+        notes.append(f"{s.n_gpus} GPUs, {kind}; figures are per GPU.")
+        root_heavy = (
+            step.fsdp and step.fsdp["root_params"] > spec.n_layers * step.fsdp["layer_params"]
+        )
+        if root_heavy:
+            notes.append(
+                "The embeddings and lm_head outweigh the decoder layers here, so ZeRO-3 can need "
+                "more per GPU than ZeRO-2: at the end of backward the root's gathered "
+                "parameters, their unsharded gradients and its reduce-scatter input exist at once."
+            )
+    if s.no_sync:
+        notes.append(
+            "no_sync: gradients are reduced on the last micro-batch only (FSDP2's "
+            "set_requires_gradient_sync(False), what the Trainer does under FSDP), so "
+            + (
+                "each GPU accumulates full, unsharded gradients "
+                f"({step.gradients / GiB:.2f} GiB) in place of its shard."
+                if s.zero_stage == 3
+                else "only the communication is skipped: the gradients are full-size anyway."
+            )
+        )
+    if s.offload_optimizer:
+        notes.append(
+            "Optimizer states offloaded to CPU RAM: 0 on the GPU (the CPU needs "
+            f"{step.offload_bytes / GiB:.1f} GiB for them and the step)."
+        )
+    if s.device == "cuda":
+        const = cuda_constants()
+        ratio = const["allocator_margin_ratio"] - 1
+        notes.append(
+            f"CUDA context {const['cuda_context_bytes'] / GiB:.2f} GiB and an "
+            f"allocator margin of {ratio:.0%} of the tensor peak "
+            f"(source: {const['source']}; as of {const['as_of']})."
+        )
+    else:
+        notes.append("device='cpu': no CUDA context and no allocator margin.")
+    return notes
