@@ -17,7 +17,7 @@ JUPYTER_ARGS ?=
 COLAB_VENV ?= .venv-colab
 COLAB_PY := $(COLAB_VENV)/bin/python
 
-.PHONY: course test test-fast lint format dist colab-env oldest-env browser-deps gpu-check clean slides voila
+.PHONY: course test test-fast lint format dist colab-env oldest-env classic-env browser-deps gpu-check clean slides voila
 
 $(VENV)/.installed-course: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -92,6 +92,19 @@ slides: $(VENV)/.installed-present
 
 voila: $(VENV)/.installed-present
 	$(PY) tools/present.py voila $(NB)
+
+# Classic Notebook 6.5 with ipywidgets 7.7.1 and the widgetsnbextension 3.6.10 that pip installs
+# with it (its Output widget stays blank), for the browser test's classic-Notebook part. Outside
+# the repository, and not part of `make test`: it downloads from the package index. The test
+# skips, saying so, without it; LESSONKIT_CLASSIC_ENV points it elsewhere.
+CLASSIC_ENV ?= /tmp/nb6
+$(CLASSIC_ENV)/.installed:
+	rm -rf $(CLASSIC_ENV)
+	$(PYTHON) -m venv $(CLASSIC_ENV)
+	$(CLASSIC_ENV)/bin/python -m pip install -q "notebook==6.5.*" "ipywidgets==7.7.1" "widgetsnbextension==3.6.10" "matplotlib>=3.6"
+	touch $@
+
+classic-env: $(CLASSIC_ENV)/.installed
 
 # Debian's Chromium for the browser tests (browser downloads are not used).
 browser-deps:

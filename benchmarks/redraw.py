@@ -1,7 +1,8 @@
 """Redraw time of the live explorers: median and p90 of one control change, in milliseconds.
 
 A redraw is what a slider move costs in the kernel: the estimate, updating the chart's artists,
-rendering the PNG and replacing the chart Output's contents. Target: every explorer's median at
+rendering the PNG and setting the chart Image's bytes; the readout's advice (the changes that
+make a run fit, where it fits no GPU) is in it. Target: every explorer's median at
 most 30 ms in the kernel (the browser test prints the control-change-to-new-chart latency in the
 page, target 150 ms median). For comparison, the same chart drawn as a new figure per change is
 timed too. The method toggle goes round three methods ten times: after the first round each
@@ -69,6 +70,18 @@ def main() -> None:
             timings(move_batch, batches, args.repeats),
         )
     ]
+    # Where it fits no GPU, the readout gives the kit's changes that make it fit (its search
+    # for `lessonkit vram --gpu`), each with its new peak: that advice is in these figures.
+    advised = widgets.vram_explorer("7B", method="full", seq_len=4096)
+    advised.controls["batch_size"].value = 2  # warm-up
+    lines.append(
+        summary(
+            "vram_explorer: batch slider, no fit (advice)",
+            timings(
+                lambda v: setattr(advised.controls["batch_size"], "value", v), batches, args.repeats
+            ),
+        )
+    )
     methods = ["full", "lora", "qlora"] * 10
     lines.append(
         summary(

@@ -14,9 +14,10 @@ and this generator does what ``nbgrader generate_assignment`` does with the kit'
   outside ``[A-Za-z0-9_-]`` are errors, as they are for nbgrader.
 
 Beyond nbgrader: cells tagged ``solution-only`` are left out (the kit's nbgrader config drops them
-too), links to ``solutions/NN.ipynb`` point to ``exercises/NN.ipynb``, and a first cell says where
-the notebook comes from. Outputs, execution counts and widget state are stripped from both, and
-both are written with stable formatting, so that
+too), links to ``solutions/NN.ipynb`` point to ``exercises/NN.ipynb``, and the notebook's
+metadata (``lessonkit.generated_from``, never a cell a student reads) says where it comes
+from. Outputs, execution counts and widget state are stripped from both, and both are written
+with stable formatting, so that
 
     python tools/generate_exercises.py --check
 
@@ -43,7 +44,8 @@ TEXT_STUB = "_Your answer here._"
 MARKDOWN_PROMPT = TEXT_STUB
 SOLUTION_ONLY_TAG = "solution-only"
 KEPT_CELL_METADATA = ("tags", "nbgrader", "deletable", "editable", "cellView", "jupyter")
-KEPT_NOTEBOOK_METADATA = ("kernelspec", "language_info", "colab", "kaggle")
+PROVENANCE_KEY = "lessonkit"
+KEPT_NOTEBOOK_METADATA = ("kernelspec", "language_info", "colab", "kaggle", PROVENANCE_KEY)
 GRADE_ID = re.compile(r"^[a-zA-Z0-9_\-]*$")
 
 
@@ -167,16 +169,13 @@ def make_exercise(solution: dict, name: str) -> dict:
             text = CODE_STUB if cell["cell_type"] == "code" else TEXT_STUB
         _lock(cell)
         cell["source"] = _lines(text)
-    note = {
-        "cell_type": "markdown",
-        "id": "generated-note",
-        "metadata": {},
-        "source": _lines(
-            f"> Generated from `solutions/{name}` by `tools/generate_exercises.py`; "
-            "edit the solution instead."
-        ),
+    nb["cells"] = cells
+    # Where the notebook comes from, for the instructor and the tools; a student never reads it.
+    nb["metadata"][PROVENANCE_KEY] = {
+        "generated_from": f"solutions/{name}",
+        "generator": "tools/generate_exercises.py",
+        "edit": "the solution notebook, then run the generator",
     }
-    nb["cells"] = [note, *cells]
     return nb
 
 

@@ -51,6 +51,7 @@ INSTALL_FROM = ("index", "git")
 BADGES = re.compile(
     r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)\s*\[!\[Open in Kaggle\]\([^)]*\)\]\([^)]*\)"
 )
+GLOSSARY_LINK = re.compile(r"https://github\.com/[^/\s)]+/[^/\s)]+/blob/[^/\s)]+/docs/glossary\.md")
 FOLDERS = ("notebooks", "solutions")  # exercises/ are generated from solutions/
 
 
@@ -161,6 +162,15 @@ def rewrite(notebook: dict, path: str, repository: str, ref: str, install: str) 
     if new != _source(first_md):
         problems.append("badges point elsewhere")
         first_md["source"] = new.splitlines(keepends=True)
+    glossary = f"https://github.com/{repository}/blob/{ref}/docs/glossary.md"
+    for cell in cells:  # the links to the glossary, at the same repository and tag
+        if cell["cell_type"] != "markdown":
+            continue
+        text = GLOSSARY_LINK.sub(glossary, _source(cell))
+        if text != _source(cell):
+            if "glossary links point elsewhere" not in problems:
+                problems.append("glossary links point elsewhere")
+            cell["source"] = text.splitlines(keepends=True)
     first_code = next((c for c in cells if c["cell_type"] == "code"), None)
     if first_code is None or not is_install_cell(first_code):
         raise NotebookError(f"{path}: the first code cell is not the install cell")

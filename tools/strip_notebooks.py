@@ -4,8 +4,9 @@
     python tools/strip_notebooks.py --check    # exit 1 and list the notebooks that need stripping
     python tools/strip_notebooks.py --execute  # re-run, store fresh outputs of the checked cells
 
-A cell is output-checked when its source contains ``# NBVAL_CHECK_OUTPUT`` (or it carries the tag
-``nbval-check-output``); nbval (``--nbval-lax``) compares only those cells. Their stored outputs
+A cell is output-checked when it carries the tag ``nbval-check-output`` in its metadata, where
+nbval reads it and a student never sees it (the comment ``# NBVAL_CHECK_OUTPUT`` in the source
+is read too); nbval (``--nbval-lax``) compares only those cells. Their stored outputs
 must be plain text: anything else (images, widgets, HTML) is dropped. Run ``--execute`` after a
 change to lessonkit that moves a taught number, and review the diff.
 """

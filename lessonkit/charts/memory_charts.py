@@ -270,7 +270,7 @@ class BreakdownChart:
                 patch.set_height(segments[i][key])
                 bottoms[i] += segments[i][key]
         too_big = []
-        for i, (report, text) in enumerate(zip(reports, self.peak_texts)):
+        for i, (report, text) in enumerate(zip(reports, self.peak_texts, strict=True)):
             text.set_position((i, report.total_bytes / GiB))
             text.set_text(f"{report.total_bytes / GiB:,.1f} GiB")
             big = report.total_bytes > self.largest_bytes
@@ -303,7 +303,7 @@ class BreakdownChart:
         height = LABEL_HEIGHT * top
         sizes = [size for size, _ in self.lines]
         shown = -math.inf
-        for i, (size, text) in enumerate(zip(sizes, self.gpu_texts)):
+        for i, (size, text) in enumerate(zip(sizes, self.gpu_texts, strict=True)):
             above = sizes[i + 1] if i + 1 < len(sizes) else math.inf
             visible = size - shown >= height and above - size >= height and size < top - height
             text.set_visible(visible)
@@ -324,7 +324,7 @@ class BreakdownChart:
         artists += [*self.ax.spines.values(), *self._gpu_texts_over_bars(), *self.peak_texts]
         if not self._note_apart():
             artists.append(self.note)
-        return sorted(artists, key=lambda a: a.get_zorder()) + [self.ax.title]
+        return [*sorted(artists, key=lambda a: a.get_zorder()), self.ax.title]
 
     def _note_apart(self) -> bool:
         """True when the note is empty or clear of every bar and label drawn live."""
@@ -413,11 +413,11 @@ def draw_gpu_fit(
     ax.set_yticklabels(
         [
             f"{gpu_label(g)}{' *' if gd else ''} ({gpu_memory_gb(g):g} GB card)"
-            for g, gd in zip(gpus, guide)
+            for g, gd in zip(gpus, guide, strict=True)
         ],
         fontsize=8,
     )
-    for tick, gd in zip(ax.get_yticklabels(), guide):
+    for tick, gd in zip(ax.get_yticklabels(), guide, strict=True):
         tick.set_fontweight("bold" if gd else "normal")
     labels = [ax.text(0, i, "", va="center", fontsize=7.5) for i in y]
     line = ax.axvline(0, color=ALERT_COLOR, lw=1.6, zorder=3)
@@ -461,7 +461,7 @@ def update_gpu_fit(
     steps = math.ceil(math.log(need / max(sizes), 1.5)) if need > max(sizes) else 0
     right = max(sizes) * 1.45 * 1.5**steps
     for i, (gpu, size, fit, patch, label) in enumerate(
-        zip(gpus, sizes, fits, drawn["bars"].patches, drawn["labels"])
+        zip(gpus, sizes, fits, drawn["bars"].patches, drawn["labels"], strict=True)
     ):
         patch.set_facecolor(FIT_COLOR if fit else NO_FIT_COLOR)
         text = headroom_text(gpu, report)

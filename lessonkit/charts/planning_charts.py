@@ -8,6 +8,7 @@ explorer keeps a picture per path. matplotlib is imported inside the functions t
 
 from __future__ import annotations
 
+import itertools
 import math
 import textwrap
 from collections.abc import Sequence
@@ -71,9 +72,9 @@ def update_environment_costs(ax: Any, drawn: dict[str, Any], rows: Sequence[Any]
     costs = [float(d["cost"]) if d["cost"] is not None else 0.0 for d in data]
     # The x axis grows in steps of 1.5x, so most changes keep it (and the explorer repaints
     # only the bars and their labels over a saved picture of the axis).
-    right = 1.6 * 1.5 ** max(0, math.ceil(math.log(max(costs + [1.0]), 1.5) - 1e-9))
+    right = 1.6 * 1.5 ** max(0, math.ceil(math.log(max([*costs, 1.0]), 1.5) - 1e-9))
     for i, (d, cost, patch, label) in enumerate(
-        zip(data, costs, drawn["bars"].patches, drawn["labels"])
+        zip(data, costs, drawn["bars"].patches, drawn["labels"], strict=True)
     ):
         patch.set_width(cost)
         patch.set_facecolor(TIER_COLORS.get(d["tier"], "#4C72B0"))
@@ -137,7 +138,7 @@ def environment_costs_static_key(ax: Any, drawn: dict[str, Any]) -> tuple:
     labels of rows that are not possible (they stay as long as the note does)."""
     fixed = tuple(
         (i, label.get_text())
-        for i, (d, label) in enumerate(zip(drawn["rows"], drawn["labels"]))
+        for i, (d, label) in enumerate(zip(drawn["rows"], drawn["labels"], strict=True))
         if d["cost"] is None
     )
     return (
@@ -154,7 +155,11 @@ def environment_costs_live_artists(ax: Any, drawn: dict[str, Any]) -> list[Any]:
     under the left spine and the labels of rows that are possible, as in a full draw). The x
     axis is under the bars, the legend outside the axes and the other spines out of the bars'
     reach (a long label may cross the right one), so they stay in the saved picture."""
-    labels = [label for d, label in zip(drawn["rows"], drawn["labels"]) if d["cost"] is not None]
+    labels = [
+        label
+        for d, label in zip(drawn["rows"], drawn["labels"], strict=True)
+        if d["cost"] is not None
+    ]
     artists = [*drawn["bars"].patches, ax.spines["left"], *labels]
     return sorted(artists, key=lambda a: a.get_zorder())
 
@@ -168,7 +173,7 @@ def environment_costs_rows(ax: Any, drawn: dict[str, Any]) -> list[tuple[Any, An
 
     box, n = ax.bbox, len(drawn["names"])
     rows = []
-    for i, (patch, label) in enumerate(zip(drawn["bars"].patches, drawn["labels"])):
+    for i, (patch, label) in enumerate(zip(drawn["bars"].patches, drawn["labels"], strict=True)):
         y = n - 1 - i
         low, high = sorted(ax.transData.transform([(0, y - 0.5), (0, y + 0.5)])[:, 1])
         band = Bbox([[box.x0 - 3, max(low, box.y0)], [ax.figure.bbox.x1, min(high, box.y1)]])
@@ -277,7 +282,7 @@ def update_decision_flow(
     """Highlight ``path`` on a chart from ``draw_decision_flow`` (styles change in place)."""
     path = [choose(p, FLOW_NODES, "flow node") for p in (path or [])]
     on_path = set(path)
-    path_edges = set(zip(path, path[1:]))
+    path_edges = set(itertools.pairwise(path))
     for a, b in path_edges:
         if (a, b) not in FLOW_EDGES:
             raise LessonkitError(f"The flow has no step from {a!r} to {b!r}.")

@@ -118,7 +118,7 @@ class TimelineChart:
         names = tuple(timeline.categories)
         bottom = [0.0] * n
         for category in names:
-            top = [b + v / GiB for b, v in zip(bottom, timeline.series[category])]
+            top = [b + v / GiB for b, v in zip(bottom, timeline.series[category], strict=True)]
             verts = [(i, t) for i, t in enumerate(top)] + [
                 (i, b) for i, b in reversed(list(enumerate(bottom)))
             ]

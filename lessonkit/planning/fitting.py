@@ -430,7 +430,7 @@ def fix_candidates(
             b //= 2
     # activation offloading (with checkpointing, as modelled) costs host transfers, not results
     offload = ckpt | {"activation_offload": True}
-    groups: list[list[dict]] = [[ckpt, offload], smaller]
+    groups: list[list[dict[str, Any]]] = [[ckpt, offload], smaller]
     if settings.get("loss", "standard") == "standard":  # no full fp32 logits; same results
         chunked = {"loss": "chunked"}
         groups.insert(1, [chunked, chunked | ckpt])
@@ -479,15 +479,28 @@ def fit_changes(
     native_bf16: bool = True,
     more: bool = False,
     one_device: bool = False,
+    cached: bool = False,
+    skip_hopeless: bool = False,
 ) -> list[tuple[dict[str, Any], Any]]:
     """Up to ``limit`` changes to a run that make it fit in ``usable_bytes``, cheapest first,
     as (changed estimate() keywords, MemoryReport) pairs; a change that only adds to one
-    already found is left out. ``more`` and ``one_device``: see ``fix_candidates``."""
+    already found is left out. ``more`` and ``one_device``: see ``fix_candidates``.
+    ``cached``: estimates through ``estimate_cached`` (for a live readout that asks again).
+    ``skip_hopeless``: try each group's last, strongest change first and leave the group
+    out when even that does not fit (fewer estimates for a live readout)."""
     from ..errors import LessonkitError
-    from ..memory.estimating import estimate
+    from ..memory.estimating import estimate as estimate_afresh
+
+    estimate = estimate_cached if cached else estimate_afresh
 
     found: list[tuple[dict[str, Any], Any]] = []
     for group in fix_candidates(settings, native_bf16, more, one_device):
+        if skip_hopeless and len(group) > 1:
+            try:
+                if not estimate(model, **(settings | group[-1])).fits(usable_bytes):
+                    continue
+            except LessonkitError:
+                pass  # the strongest is refused: try the others
         for change in group:
             change = {k: v for k, v in change.items() if settings.get(k) != v}
             if not change or any(kept.items() <= change.items() for kept, _ in found):
@@ -504,7 +517,7 @@ def fit_changes(
     return found
 
 
-def change_flags(change: dict) -> str:
+def change_flags(change: dict[str, Any]) -> str:
     """A change as command-line flags: '--gradient-checkpointing --batch-size 2'; flags to
     drop come last: '--gradient-checkpointing, without --no-sync'."""
     words, dropped = [], []
@@ -519,8 +532,12 @@ def change_flags(change: dict) -> str:
 
 
 def vram_fixes(
-    model: object, settings: dict, usable_bytes: int, limit: int = 2, native_bf16: bool = True
-) -> list:
+    model: object,
+    settings: dict[str, Any],
+    usable_bytes: int,
+    limit: int = 2,
+    native_bf16: bool = True,
+) -> list[tuple[str, Any]]:
     """Up to ``limit`` changes to a run that make it fit in ``usable_bytes``, as
     (command-line flags, MemoryReport) pairs (``fit_changes``)."""
     return [

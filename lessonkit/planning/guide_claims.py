@@ -181,7 +181,7 @@ def free_tier_experiments_verdict(model: Any = "7B", seq_len: int = DEFAULT_SEQ)
     if not free:
         return "'Only suitable for very small 7B model experiments': no usable free GPU."
     gpu = free[0][1].gpu
-    fits = {method: _one_fit(spec, method, gpu, 1, seq_len) for method in ("qlora", "lora", "full")}
+    fits = method_fits(spec, gpu, seq_len=seq_len)
     words = []
     for method, fit in fits.items():
         label = method_label(method, gpu.native_bf16)
@@ -240,6 +240,16 @@ def _one_fit(spec: ModelSpec, method: str, gpu: GPU, count: int, seq_len: int) -
     )
     assert fit is not None  # every method runs on one GPU and on several
     return fit
+
+
+def method_fits(
+    spec: ModelSpec, gpu: GPU, count: int = 1, seq_len: int = DEFAULT_SEQ
+) -> dict[str, Any]:
+    """Each method's best fit of ``spec`` on ``count`` x ``gpu`` (lightest method first):
+    'qlora', 'lora', 'full' -> ``Fit``."""
+    return {
+        method: _one_fit(spec, method, gpu, count, seq_len) for method in ("qlora", "lora", "full")
+    }
 
 
 def colab_a100_verdict(model: Any = "7B") -> str:

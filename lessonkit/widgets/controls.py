@@ -46,7 +46,7 @@ CONTROL_NAMES = {
     "method": ("method", "Method"),
     "precision": ("precision", "Precision"),
     "optimizer": ("optimizer", "Optimizer"),
-    "batch_size": ("batch", "Batch size"),
+    "batch_size": ("batch", "Batch size per GPU"),
     "seq_len": ("seq", "Sequence length"),
     "lora_rank": ("rank", "LoRA rank"),
     "lora_dropout": ("dropout", "LoRA dropout"),
@@ -95,7 +95,7 @@ def build_control(name: str, value: Any, continuous: bool) -> Any:
             "toggle",
         )
     elif name in ("precision", "optimizer", "zero_stage", "lora_dropout"):
-        options = {
+        menus: dict[str, tuple[Any, ...]] = {
             "precision": PRECISIONS,
             "optimizer": OPTIMIZERS,
             "zero_stage": ZERO_STAGES,
@@ -103,7 +103,7 @@ def build_control(name: str, value: Any, continuous: bool) -> Any:
         }
         widget, kind = (
             W.Dropdown(
-                options=list(options[name]),
+                options=list(menus[name]),
                 value=value,
                 description=label,
                 style=style,
@@ -124,13 +124,13 @@ def build_control(name: str, value: Any, continuous: bool) -> Any:
             "slider",
         )
     elif name in ("seq_len", "lora_rank", "n_gpus", "tokens"):
-        options = {
+        steps: tuple[Any, ...] = {
             "seq_len": SEQ_LENS,
             "lora_rank": LORA_RANKS,
             "n_gpus": GPU_COUNTS,
             "tokens": TOKEN_COUNTS,
         }[name]
-        pairs = [(f"{v / 1e6:g}M" if name == "tokens" else str(v), v) for v in options]
+        pairs = [(f"{v / 1e6:g}M" if name == "tokens" else str(v), v) for v in steps]
         widget, kind = (
             W.SelectionSlider(
                 options=pairs,
@@ -422,3 +422,34 @@ def sync_enabled(controls: dict[str, Any], settings: dict[str, Any] | None = Non
         widget.disabled = why is not None
         widget.description = label if why is None else f"{label} ({why[0]})"
         set_tooltip(widget, SAVER_TIPS[name] if why is None else why[1])
+
+
+def tooltips_shown() -> bool:
+    """True where the front end shows a control's hover text: ipywidgets 8 (``tooltip``).
+    ipywidgets 7 (Colab's) drops a checkbox's ``description_tooltip``."""
+    import ipywidgets as W
+
+    return bool(W.Checkbox().has_trait("tooltip"))
+
+
+def blocked_reasons(controls: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """'Label: full reason' for each memory saver that ``settings`` rule out."""
+    reasons = []
+    for name in SAVERS:
+        why = saver_blocked(name, settings) if name in controls else None
+        if why is not None:
+            reasons.append(f"{CONTROL_NAMES[name][1]}: {why[1]}")
+    return reasons
+
+
+def show_reasons(notes: Any, controls: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Where tooltips do not show (ipywidgets 7), write why each greyed-out memory saver is
+    greyed out in ``notes`` (an HTML widget), as text under the controls."""
+    import html
+
+    reasons = [] if tooltips_shown() else blocked_reasons(controls, settings)
+    value = "<br>".join(html.escape(r) for r in reasons)
+    value = f"<small>{value}</small>" if value else ""
+    if notes.value != value:
+        notes.value = value
+        notes.layout.display = None if value else "none"

@@ -1,14 +1,16 @@
 """The explorer container: controls, a text readout and a chart redrawn in place.
 
 ``explorer_class()`` gives the ``Explorer`` class (an ipywidgets VBox, defined on first use so
-that importing this module needs no ipywidgets). widgets/explorers.py builds the course's four explorers on
-it; each has ``.controls`` (name -> widget), ``.readout`` (an HTML widget), ``.output`` (the
-chart), ``.figure`` and ``.redraw()``.
+that importing this module needs no ipywidgets). widgets/explorers.py builds the course's
+explorers on it; each has ``.controls`` (name -> widget), ``.readout`` (an HTML widget),
+``.image`` (the chart: an ``Image`` widget of PNG bytes), ``.output`` (the fixed-size box that
+holds it), ``.figure`` and ``.redraw()``. It works with ipywidgets 7.7 (Colab; classic
+Notebook, where widgetsnbextension 3.6.7-3.6.10 leaves every ``Output`` widget blank) and 8.x.
 
 Redrawing: one matplotlib Figure per explorer is reused; a change updates its artists (bar
-heights, texts, limits), renders it to PNG and replaces the contents of one ``Output`` widget of
-fixed height in a single step (what ``clear_output(wait=True)`` followed by ``display(fig)``
-does), so the page neither flickers nor jumps. ipympl is not used (it does not work on Colab).
+heights, texts, limits), renders it to PNG and sets the Image's bytes in a single step, in a
+box of fixed size, so the page neither flickers nor jumps. ipympl is not used (it does not
+work on Colab).
 An explorer given ``static_key`` and ``live`` repaints only its live artists over a saved
 picture of the rest while the key stays the same (same pixels as a full draw;
 ``benchmarks/redraw.py`` times it); the pictures of the last SAVED_BACKGROUNDS keys are kept,
@@ -20,11 +22,12 @@ A callback never raises: a failing update is shown as a message in the readout. 
 (``.reset()``) puts every control back where the explorer started, with one redraw, so a live
 demonstration can start again from the notebook's settings.
 
-Where no widget frontend exists: displaying an explorer puts a PNG of its current chart in the
-same output as the widget view. JupyterLab, Colab, Kaggle and VS Code show the live widget;
-GitHub's viewer, nbconvert without widget state and an untrusted reopened notebook show the PNG.
-With the environment variable ``LESSONKIT_STATIC=1`` (e.g. for papermill or nbval runs)
-explorers display only the PNG and the readout text.
+Where no kernel or no widget front end is there: displaying an explorer puts two outputs in
+its cell, the widget and a static copy (``static_bundle``: the readout and the chart as HTML,
+the chart as PNG), kept at the explorer's current state. The live widget hides the static copy
+(a CSS rule inside it); a saved notebook reopened without its kernel, GitHub's viewer and
+nbconvert show the static copy. With the environment variable ``LESSONKIT_STATIC=1`` (e.g.
+for papermill or nbval runs) explorers display only the static copy.
 """
 
 from __future__ import annotations
@@ -42,6 +45,15 @@ CHART_DPI = 100
 SAVED_BACKGROUNDS = 8  # per explorer, about 1 MB each
 SAVED_ROWS = 200  # bands of a chart's rows, about 50 kB each
 NO_CHART = "No chart for this combination: the message above says why."
+# Shown inside the live widget only: hides the static copy in the same cell's outputs
+# (JupyterLab, Notebook 7 and Voila; classic Notebook; Colab and VS Code per output).
+STATIC_RULE = (
+    "<style>.jp-OutputArea:has(.lessonkit-explorer) .lessonkit-static,"
+    ".output:has(.lessonkit-explorer) .lessonkit-static,"
+    ".output_area:has(.lessonkit-explorer) ~ .output_area .lessonkit-static,"
+    "body:has(.lessonkit-explorer) > .lessonkit-static,"
+    "body:has(.lessonkit-explorer) > div > .lessonkit-static{display:none}</style>"
+)
 
 
 def static_mode() -> bool:
@@ -66,7 +78,7 @@ def explorer_class() -> Any:
         return _EXPLORER_CLASS
     import ipywidgets as W
 
-    class Explorer(W.VBox):
+    class Explorer(W.VBox):  # type: ignore[misc]  # ipywidgets has no type hints
         """Controls, a text readout and a chart that redraws in place when a control changes."""
 
         def __init__(
@@ -89,10 +101,25 @@ def explorer_class() -> Any:
             self.readout = W.HTML(layout=W.Layout(min_height="3.2em"))
             self.readout.add_class("lessonkit-readout")
             width, height = (int(v * CHART_DPI) for v in figure.get_size_inches())
-            self.output = W.Output(
-                layout=W.Layout(height=f"{height + 8}px", width=f"{width + 8}px", overflow="hidden")
+            # The chart is an Image widget (PNG bytes): it shows in every front end, classic
+            # Notebook with widgetsnbextension 3.6.10 included, where Output widgets stay blank.
+            self.image = W.Image(
+                format="png", layout=W.Layout(width=f"{width}px", height=f"{height}px")
+            )
+            self.no_chart = W.HTML(NO_CHART, layout=W.Layout(display="none"))
+            self.output = W.Box(
+                [self.image, self.no_chart],
+                layout=W.Layout(
+                    height=f"{height + 8}px", width=f"{width + 8}px", overflow="hidden"
+                ),
             )
             self.output.add_class("lessonkit-chart")
+            # Hides the static copy (``static_bundle``) of a live explorer; without a kernel
+            # the widget, and so this rule, is not drawn and the static copy shows.
+            self.static_rule = W.HTML(STATIC_RULE, layout=W.Layout(display="none"))
+            self._static_handle: Any = None
+            self.notes = W.HTML(layout=W.Layout(display="none"))  # reasons, where no tooltips
+            self.notes.add_class("lessonkit-notes")
             self.error: BaseException | None = None
             self._png = b""
             self._static_key = static_key if live is not None else None
@@ -104,6 +131,7 @@ def explorer_class() -> Any:
             self._rows: Callable[[], list[Any]] | None = None
             self._row_pictures: dict[Any, Any] = {}  # (static key, row key) -> saved band
             self._frame_key: Any = None
+            self._encoded: dict[Any, bytes] = {}  # static key -> PNG, where nothing is live
             boxes = [W.HBox([controls[n] for n in row if n in controls]) for row in layout_rows]
             self.initial = {name: control.value for name, control in controls.items()}
             self.reset_button = W.Button(
@@ -114,7 +142,16 @@ def explorer_class() -> Any:
             )
             self.reset_button.add_class("lessonkit-button-reset")
             self.reset_button.on_click(lambda _button: self.reset())
-            super().__init__([*boxes, W.HBox([self.reset_button]), self.readout, self.output])
+            super().__init__(
+                [
+                    self.static_rule,
+                    *boxes,
+                    self.notes,
+                    W.HBox([self.reset_button]),
+                    self.readout,
+                    self.output,
+                ]
+            )
             self.add_class("lessonkit-explorer")
             self.add_class(f"lessonkit-{kind}-explorer")
             for control in controls.values():
@@ -148,6 +185,8 @@ def explorer_class() -> Any:
                 return
             finally:
                 self._linking = False
+            if getattr(self, "report", None) is not None:
+                self.report = None  # a fresh start: the readout compares with no earlier state
             self.redraw()
 
         def redraw(self) -> None:
@@ -161,11 +200,14 @@ def explorer_class() -> Any:
             self.error = None
             self.readout.value = readout
             self._png = png
-            data = {
-                "image/png": base64.b64encode(png).decode("ascii"),
-                "text/plain": "<lessonkit chart>",
-            }
-            self.output.outputs = ({"output_type": "display_data", "data": data, "metadata": {}},)
+            self.image.value = png
+            self._show_chart(True)
+
+        def _show_chart(self, shown: bool) -> None:
+            if (self.image.layout.display != "none") != shown:
+                self.image.layout.display = None if shown else "none"
+                self.no_chart.layout.display = "none" if shown else None
+            self._update_static()
 
         def _show_error(self, exc: BaseException) -> None:
             """The message in the readout, and no chart: the previous one would show its bars
@@ -173,12 +215,41 @@ def explorer_class() -> Any:
             self.error = exc
             self.readout.value = _error_html(exc)
             self._png = b""
-            self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": NO_CHART},)
+            self._show_chart(False)
+
+        def static_bundle(self) -> dict[str, Any]:
+            """What a front end without a kernel shows: the readout and the chart as HTML
+            (class ``lessonkit-static``), the chart as PNG, the readout as text."""
+            png = base64.b64encode(self._png).decode("ascii") if self.error is None else ""
+            picture = (
+                f"<img src='data:image/png;base64,{png}' alt='chart'>"
+                if png
+                else f"<p>{html.escape(NO_CHART)}</p>"
+            )
+            bundle = {
+                "text/html": f"<div class='lessonkit-static'>{self.readout.value}"
+                f"<br>{picture}</div>",
+                "text/plain": _plain_text(self.readout.value),
+            }
+            if png:
+                bundle["image/png"] = png
+            return bundle
+
+        def _update_static(self) -> None:
+            """Keep the static copy shown beside the widget at the current state, so that a
+            saved notebook holds what the explorer showed last."""
+            if self._static_handle is not None:
+                try:
+                    self._static_handle.update(self.static_bundle(), raw=True)
+                except Exception:  # a closed front end: the live widget still works
+                    self._static_handle = None
 
         def png(self) -> bytes:
             """The figure as it is now, as PNG bytes."""
             canvas = self.figure.canvas
             key = self._static_key() if self._static_key is not None else None
+            if key is not None and key in self._encoded:  # nothing live: the same picture
+                return bytes(self._encoded[key])
             if key is None:
                 canvas.draw()
             else:
@@ -187,7 +258,7 @@ def explorer_class() -> Any:
                 # shows: limits, labels), so going back to an earlier state (another method and
                 # back) reuses it. A new one is taken over a saved picture of the figure without
                 # its axes (the legend), which is taken again when the legend changes (key[0]).
-                live = self._live()
+                live = self._live() if self._live is not None else []
                 background = self._backgrounds.pop(key, None)
                 if background is None:
                     if self._frame is None or key[0] != self._frame_key:
@@ -227,7 +298,12 @@ def explorer_class() -> Any:
                 image = image.convert("RGB")
             buffer = io.BytesIO()
             image.save(buffer, format="png", compress_level=1)
-            return buffer.getvalue()
+            png = buffer.getvalue()
+            if key is not None and self._live is not None and not self._live():
+                while len(self._encoded) >= SAVED_BACKGROUNDS:
+                    self._encoded.pop(next(iter(self._encoded)))
+                self._encoded[key] = png  # e.g. the decision flow: one picture per path
+            return png
 
         def _paint(self, key: Any, live: list[Any]) -> None:
             """Draw the live artists over the restored background. With ``rows`` (bands that
@@ -252,34 +328,34 @@ def explorer_class() -> Any:
                     canvas.restore_region(picture)
 
         def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-            parent = getattr(super(), "_repr_mimebundle_", None)
-            if parent is not None:  # ipywidgets 8
-                bundle = dict(parent(**kwargs) or {})
-            else:  # ipywidgets 7 (Colab) builds its bundle inside _ipython_display_
-                bundle = {
-                    "text/plain": repr(self)[:110],
-                    "application/vnd.jupyter.widget-view+json": {
-                        "version_major": 2,
-                        "version_minor": 0,
-                        "model_id": self._model_id,
-                    },
-                }
-            if self.error is None:
-                bundle["image/png"] = base64.b64encode(self._png or self.png()).decode("ascii")
+            """The widget view alone (its static copy is an output of its own, see
+            ``_ipython_display_``); with LESSONKIT_STATIC=1 the static copy only."""
             if static_mode():
-                bundle.pop("application/vnd.jupyter.widget-view+json", None)
-                bundle["text/plain"] = _plain_text(self.readout.value)
-            return bundle
+                return self.static_bundle()
+            return {
+                "text/plain": "",  # a viewer without widgets shows the static copy instead
+                "application/vnd.jupyter.widget-view+json": {
+                    "version_major": 2,
+                    "version_minor": 0,
+                    "model_id": self._model_id,
+                },
+            }
 
-        if hasattr(W.Widget, "_ipython_display_"):  # ipywidgets 7 displays through this hook
+        def _ipython_display_(self, **kwargs: Any) -> None:
+            """Two outputs: the live widget, then its static copy (readout and chart), which a
+            live widget hides and which is kept up to date, so a saved notebook opened
+            without a kernel (or on GitHub, or after nbconvert) shows both."""
+            from IPython import display as ipython_display
 
-            def _ipython_display_(self, **kwargs: Any) -> None:
-                from IPython.display import display
-
-                bundle = self._repr_mimebundle_()
-                display(bundle, raw=True)
-                if "application/vnd.jupyter.widget-view+json" in bundle:
-                    self._handle_displayed(**kwargs)
+            display: Any = ipython_display.display
+            if static_mode():
+                display(self.static_bundle(), raw=True)
+                return
+            display(self._repr_mimebundle_(), raw=True)
+            handle_displayed = getattr(self, "_handle_displayed", None)  # ipywidgets 7
+            if handle_displayed is not None:
+                handle_displayed(**kwargs)
+            self._static_handle = display(self.static_bundle(), raw=True, display_id=True)
 
     _EXPLORER_CLASS = Explorer
     return Explorer

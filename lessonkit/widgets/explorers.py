@@ -1,24 +1,33 @@
-"""Live explorers for the notebooks, built with core ipywidgets on the charts in charts/memory_charts.py.
+"""Live explorers for the notebooks, built with core ipywidgets on the charts in charts/.
 
-Each explorer returns an ``Explorer`` (widgets/explorer.py: an ipywidgets VBox) with ``.controls``
-(name -> widget, built by widgets/controls.py), ``.readout`` (an HTML widget), ``.output`` (the chart),
-``.figure`` and ``.redraw()``. A change redraws the chart in place as one PNG: every explorer
-changes the artists of one reused figure and repaints only those a change can alter (bars, their
-labels, the title; the cost chart's x axis and legend too) over a saved picture of the rest; the
-decision flow keeps one picture per path through the flow. A control that moves another (a method
-brings its usual precision; a change that rules out a memory saver switches it off) redraws
-once. A callback never raises: a failing estimate is shown as a message in the readout.
+Each explorer returns an ``Explorer`` (widgets/explorer.py: an ipywidgets VBox) with
+``.controls`` (name -> widget, built by widgets/controls.py), ``.readout`` (an HTML widget),
+``.image`` (the chart, an Image widget of PNG bytes, in the box ``.output``), ``.figure`` and
+``.redraw()``. A change redraws the chart in place as one PNG: every explorer changes the
+artists of one reused figure and repaints only those a change can alter (bars, their labels,
+the title; the cost chart's x axis and legend too) over a saved picture of the rest; the
+decision flow keeps one picture per path through the flow. A control that moves another (a
+method brings its usual precision; a change that rules out a memory saver switches it off)
+redraws once. A callback never raises: a failing estimate is shown as a message in the readout.
 
-Where no widget frontend exists (GitHub's viewer, nbconvert without widget state, an untrusted
-reopened notebook) an explorer shows a PNG of its chart; with ``LESSONKIT_STATIC=1`` (papermill
-or nbval runs) it displays only that PNG and the readout text. widgets/explorer.py says more.
+The readout gives the peak per GPU, its phase and largest parts (and when a change moved it to
+another phase), the GPUs it fits on; where it fits none, the changes of the kit's own search
+that make it fit the largest, each with its new peak (widgets/advice.py). Batch sizes are per
+GPU; "single GPU" is said only while one GPU is selected.
+
+Beside the live widget, a static copy of the readout and the chart (hidden while the widget
+lives) is what a notebook opened without its kernel, GitHub's viewer or nbconvert shows; with
+``LESSONKIT_STATIC=1`` (papermill or nbval runs) only that copy is displayed.
+widgets/explorer.py says more.
 
 CSS classes, for browser tests and styling:
   - every explorer: ``lessonkit-explorer`` plus ``lessonkit-vram-explorer``,
     ``lessonkit-gpu-matrix-explorer``, ``lessonkit-environment-explorer`` or
     ``lessonkit-decision-flow-explorer``;
-  - the text readout: ``lessonkit-readout``; the chart's Output: ``lessonkit-chart``; the
-    button that puts every control back where it started: ``lessonkit-button-reset``;
+  - the text readout: ``lessonkit-readout``; the box of the chart's Image: ``lessonkit-chart``;
+    the button that puts every control back where it started: ``lessonkit-button-reset``; why
+    memory savers are greyed out, as text where tooltips do not show (ipywidgets 7):
+    ``lessonkit-notes``; the static copy for viewers without a kernel: ``lessonkit-static``;
   - each control: ``lessonkit-<kind>-<name>``, kind being slider, dropdown, toggle or checkbox:
     ``lessonkit-dropdown-model``, ``lessonkit-toggle-method``, ``lessonkit-dropdown-precision``,
     ``lessonkit-dropdown-optimizer``, ``lessonkit-slider-batch``, ``lessonkit-slider-seq``,
@@ -35,6 +44,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from typing import Any
 
 from ..charts import memory_charts, planning_charts
@@ -53,6 +63,7 @@ from .controls import (
     estimate_settings,
     precision_follows_method,
     savers_follow,
+    show_reasons,
     split_defaults,
     sync_enabled,
 )
@@ -94,9 +105,11 @@ def _estimate(model: Any, **settings: Any) -> Any:
 
 def peak_html(report: Any) -> str:
     total = report.total_bytes
+    from .advice import phase_words
+
     return (
         f"<b>Peak per GPU: {total / GiB:,.1f} GiB</b> (during the "
-        f"{html.escape(str(report.peak_phase))})"
+        f"{html.escape(phase_words(str(report.peak_phase)))})"
     )
 
 
@@ -168,7 +181,11 @@ def ddp_note(report: Any) -> str:
     s = report.settings
     if s.get("n_gpus", 1) <= 1 or s.get("zero_stage", 0) != 0:
         return ""
-    one = _estimate(report.model, **{**_plain_settings(s), "n_gpus": 1, "zero_stage": 0})
+    # one GPU has nothing to reduce: no_sync (several GPUs only) is left out of the baseline
+    one = _estimate(
+        report.model,
+        **{**_plain_settings(s), "n_gpus": 1, "zero_stage": 0, "no_sync": False},
+    )
     rise = report.total_bytes - one.total_bytes
     change = (
         f"the per-GPU peak rises by {rise / GiB:,.1f} GiB over one GPU"
@@ -187,17 +204,30 @@ def _plain_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if k != "estimated"}
 
 
-def fit_summary(report: Any, gpus: list[Any] | None = None) -> str:
-    """HTML: the peak per GPU (GiB), the setup, the catalog GPUs it fits on (smallest
-    first) and the smallest one's headroom; device memory and headroom in GiB; with several
-    GPUs at ZeRO-0, why the per-GPU peak does not fall."""
-    return _fit_lines(report, gpus) + ddp_note(report)
+def fit_summary(report: Any, gpus: list[Any] | None = None, previous: Any = None) -> str:
+    """HTML: the peak per GPU (GiB) and its phase (and that it moved there, given the report
+    shown before), the setup, the catalog GPUs it fits on (smallest first) and the smallest
+    one's headroom; device memory and headroom in GiB; where it fits none, the kit's changes
+    that make it fit the largest, each with its new peak; with several GPUs at ZeRO-0, why the
+    per-GPU peak does not fall."""
+    return _fit_lines(report, gpus, previous) + ddp_note(report)
 
 
-def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
+def _nowhere(report: Any, where: str) -> str:
+    """'Does not fit on any single GPU shown', or with several GPUs selected, that the peak
+    per GPU is above every GPU (never 'single GPU' then)."""
+    n = report.settings.get("n_gpus", 1)
+    if n > 1:
+        return f"Does not fit: even with {n} GPUs, the peak per GPU is above every GPU {where}"
+    return f"Does not fit on any single GPU {where}"
+
+
+def _fit_lines(report: Any, gpus: list[Any] | None, previous: Any = None) -> str:
+    from .advice import fix_advice, phase_html
+
     where = "in the catalog" if gpus is None else "shown"
     gpus = gpu_records.catalog_gpus() if gpus is None else gpus
-    head = f"{peak_html(report)}<br>Setup: {setup_html(report)}"
+    head = f"{peak_html(report)}. {phase_html(report, previous)}<br>Setup: {setup_html(report)}"
     if not gpus:  # no catalog: compare with the cards' full sizes (GiB), an upper bound
         sizes = [s for s in memory_charts.COMMON_GPU_SIZES_GB if report.fits(s * GiB)]
         fits = (
@@ -206,7 +236,7 @@ def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
                 f"(usable memory is a little less)"
             )
             if sizes
-            else "<b>Does not fit on any single GPU size shown</b>"
+            else f"<b>{_nowhere(report, 'size shown')}</b>"
         )
         return f"{head}.<br>{fits}."
     ordered = sorted(
@@ -215,11 +245,16 @@ def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
     fit = [g for g in ordered if gpu_records.gpu_fits(g, report)]
     if not fit:
         biggest = ordered[-1]
+        runnable = [g for g in ordered if gpu_records.field(g, "current_wheels", default=True)]
+        target = runnable[-1] if runnable else biggest
         return (
-            f"{head}.<br><b style='color:#B22222'>Does not fit on any single GPU</b> {where} "
+            f"{head}.<br><b style='color:#B22222'>{_nowhere(report, where)}</b> "
             f"(largest: {html.escape(gpu_records.gpu_label(biggest))}, "
             f"{html.escape(gpu_records.usable_text(biggest))} usable, "
             f"{html.escape(gpu_records.headroom_text(biggest, report))})."
+            + fix_advice(
+                report, gpu_records.gpu_usable_bytes(target), gpu_records.gpu_label(target)
+            )
         )
     names = ", ".join(html.escape(gpu_records.gpu_label(g)) for g in fit)
     return (
@@ -228,6 +263,48 @@ def _fit_lines(report: Any, gpus: list[Any] | None) -> str:
         f"{html.escape(gpu_records.usable_text(fit[0]))} usable, "
         f"{html.escape(gpu_records.headroom_text(fit[0], report))}."
     )
+
+
+def chart_note(report: Any, largest_bytes: float, largest: str) -> str:
+    """The chart's note where the peak is above every GPU: that, and the first change of the
+    kit's search that makes it fit the largest (never 'single GPU' with several selected)."""
+    import textwrap
+
+    from .advice import fixes
+
+    n = report.settings.get("n_gpus", 1)
+    head = (
+        f"above every GPU even on {n} GPUs (largest: {largest.split(',')[0]})."
+        if n > 1
+        else f"does not fit on any single GPU (largest: {largest})."  # as the chart says it
+    )
+    found = fixes(report, largest_bytes, limit=1)
+    # No figure that moves with every batch here: the note stays in the saved picture while
+    # the slider moves (the readout gives each change's peak).
+    advice = (
+        f"Fits with {re.sub(r' [(][^)]*[)]', '', found[0].words)} (peaks in the readout)."
+        if found
+        else "No change tried makes it fit: a smaller model."
+    )
+    return f"{head}\n{textwrap.fill(advice, 62)}"
+
+
+AXIS_STEP = 1.5  # above every GPU, the y axis grows in steps of 1.5x
+
+
+def steady_axis(chart: Any, report: Any) -> None:
+    """Above every GPU line, round the y axis' top up to a step of AXIS_STEP, so that most
+    slider moves keep the axis (and the explorer repaints only the bars over a saved picture)."""
+    lines = [size for size, _ in chart.lines]
+    top = chart.ax.get_ylim()[1]
+    if not lines or report.total_bytes / GiB <= max(lines):
+        return
+    base = max(lines) * 1.4  # the top for a peak at the largest GPU
+    steps = max(0, math.ceil(math.log(top / base, AXIS_STEP) - 1e-9))
+    steady = base * AXIS_STEP**steps
+    if steady != top:
+        chart.ax.set_ylim(0, steady)
+        chart._thin_gpu_labels(steady)
 
 
 # ----- the explorers -----------------------------------------------------------------------
@@ -272,10 +349,16 @@ def vram_explorer(model: Any = "7B", *, continuous_update: bool = False, **defau
     def update(explorer: Any) -> str:
         settings = estimate_settings(controls, fixed)
         sync_enabled(controls, settings)
+        show_reasons(explorer.notes, controls, settings)
         report = _estimate(controls["model"].value, **settings)
         explorer.chart.update(report)
-        explorer.report = report
-        return fit_summary(report)
+        previous, explorer.report = explorer.report, report
+        readout = fit_summary(report, previous=previous)
+        if explorer.chart.note.get_text():  # above every GPU: the search's first change
+            chart = explorer.chart
+            chart.note.set_text(chart_note(report, chart.largest_bytes, chart.largest_name))
+            steady_axis(chart, report)
+        return readout
 
     return explorer_class()(
         "vram",
@@ -352,7 +435,7 @@ def gpu_matrix_explorer(
         explorer.report = report
         return fit_summary(report, shown)
 
-    def static_key() -> tuple:
+    def static_key() -> tuple[Any, ...]:
         return (0, tuple(explorer_names()), tuple(ax.get_xlim()), ax.get_title())
 
     def explorer_names() -> list[str]:
@@ -411,7 +494,7 @@ def environment_rows(recommendation: Any) -> list[dict[str, Any]]:
                 }
             )
             continue
-        gpu = option.gpu if option.count == 1 else f"{option.count}x {option.gpu}"
+        gpu = option_gpu(option)
         rows.append(
             {
                 "name": env.name,
@@ -424,6 +507,11 @@ def environment_rows(recommendation: Any) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def option_gpu(option: Any) -> str:
+    """'H100 80GB' for one GPU, '8x H100 80GB' for several."""
+    return str(option.gpu) if option.count == 1 else f"{option.count}x {option.gpu}"
 
 
 def environment_explorer(
@@ -488,13 +576,21 @@ def environment_explorer(
                 "this run.</b>"
             )
         cheapest = min(possible, key=lambda r: (r["cost"], r["hours"]))
-        fastest = min(possible, key=lambda r: r["hours"])
+        # the quickest of every offer, not of each environment's cheapest row
+        quickest = rec.fastest()
+        if quickest is not None and quickest.hours is not None:
+            name, gpu, hours = quickest.name, option_gpu(quickest), quickest.hours
+            price: float | None = quickest.cost_usd
+        else:
+            row = min(possible, key=lambda r: r["hours"])
+            name, gpu, hours, price = row["name"], row["gpu"], row["hours"], row["cost"]
+        cost = "" if price is None else f" (${price:,.2f})"
         return (
             f"{run}Cheapest run: {html.escape(cheapest['name'])} on "
             f"{html.escape(cheapest['gpu'])}, ${cheapest['cost']:,.2f} "
-            f"({format_hours(cheapest['hours'])}). Fastest: {html.escape(fastest['name'])} on "
-            f"{html.escape(fastest['gpu'])}, {format_hours(fastest['hours'])} "
-            f"(${fastest['cost']:,.2f}).<br><small>Time assumes {rec.mfu:.0%} of each GPU's "
+            f"({format_hours(cheapest['hours'])}). Fastest: {html.escape(name)} on "
+            f"{html.escape(gpu)}, {format_hours(hours)}"
+            f"{cost}.<br><small>Time assumes {rec.mfu:.0%} of each GPU's "
             f"dense bf16 TFLOPS; prices are typical on-demand rates per GPU-hour.</small>"
         )
 
@@ -531,6 +627,12 @@ def decision_flow_explorer(size: str = "7B", budget: str = "Low") -> Any:
     controls = build_controls(["size", "budget"], {"size": size, "budget": budget}, False)
     figure = new_figure(7.5, 4.2, left=0.0, right=1.0, bottom=0.0, top=1.0)
     ax = figure.add_subplot()
+    answers: dict[tuple[str, str | None], Any] = {}  # (size, budget asked) -> recommendation
+
+    def recommendation(size: str, asked: str | None) -> Any:
+        if (size, asked) not in answers:
+            answers[size, asked] = _recommend(size, budget=asked)
+        return answers[size, asked]
 
     def update(explorer: Any) -> str:
         size, budget = controls["size"].value, controls["budget"].value
@@ -542,7 +644,7 @@ def decision_flow_explorer(size: str = "7B", budget: str = "Low") -> Any:
             planning_charts.update_decision_flow(ax, explorer.drawn, path)  # same boxes, in place
         explorer.path = path
         asked = budget.lower() if "budget" in path else None
-        rec = _recommend(size, budget=asked)
+        rec = recommendation(size, asked)
         explorer.recommendation = rec
         return decision_readout(path, rec)
 
@@ -559,6 +661,11 @@ def decision_flow_explorer(size: str = "7B", budget: str = "Low") -> Any:
     )
     explorer._static_key = lambda: (0, tuple(explorer.path or ()))
     explorer._live = list
+    # Few answers: all of them now (a fraction of a second), so no control change waits for one.
+    for other in MODEL_SIZES:
+        for level in ("Low", "High"):
+            path = planning_charts.decision_path(other, level)
+            recommendation(other, level.lower() if "budget" in path else None)
     return explorer
 
 

@@ -37,8 +37,8 @@ def timeline_readout(report: Any) -> str:
     """HTML: the peak of tensors, where it happens, and what the backward keeps at its start."""
     timeline = report.timeline
     where = timeline.labels[timeline.peak_index] if timeline.labels else timeline.peak_phase
-    forward = [t for t, p in zip(timeline.totals, timeline.phases) if p == "forward"]
-    backward = [t for t, p in zip(timeline.totals, timeline.phases) if p == "backward"]
+    forward = [t for t, p in zip(timeline.totals, timeline.phases, strict=True) if p == "forward"]
+    backward = [t for t, p in zip(timeline.totals, timeline.phases, strict=True) if p == "backward"]
     lows = (
         (
             f"; the backward swings between {min(backward) / GiB:,.1f} and "

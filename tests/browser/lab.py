@@ -135,7 +135,7 @@ def _serving(
                     break  # it answers
                 except OSError:
                     if time.monotonic() > deadline:
-                        raise RuntimeError(f"{name} did not answer in {timeout:.0f} s")
+                        raise RuntimeError(f"{name} did not answer in {timeout:.0f} s") from None
                     time.sleep(0.5)
             yield
         finally:
@@ -163,12 +163,11 @@ def open_notebook(page, server: LabServer, name: str, timeout_ms: int = 90_000) 
 def wait_kernel_idle(page, timeout_ms: int) -> None:
     """Wait until the notebook's kernel is started and idle (the indicator says idle before that)."""
     page.wait_for_function(
-        """() => {
+        """() => {{
             const name = document.querySelector('.jp-NotebookPanel .jp-KernelName');
-            const idle = document.querySelector('%s');
+            const idle = document.querySelector('{}');
             return name && idle && !/No Kernel/.test(name.textContent);
-        }"""
-        % KERNEL_IDLE.replace("'", "\\'"),
+        }}""".format(KERNEL_IDLE.replace("'", "\\'")),
         timeout=timeout_ms,
         polling=250,
     )
@@ -177,12 +176,9 @@ def wait_kernel_idle(page, timeout_ms: int) -> None:
 # An output is an error when it shows a Python traceback (IPython's or the plain one).
 _IS_ERROR_JS = """text => /Traceback \\(most recent call last\\)/.test(text)
                         || /^-{20,}\\s*\\n\\s*\\w+(Error|Exception|Interrupt)\\b/.test(text)"""
-_ERRORS_JS = (
-    """() => [...document.querySelectorAll(
+_ERRORS_JS = f"""() => [...document.querySelectorAll(
         '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
-    .map(node => node.innerText).filter(%s)"""
-    % _IS_ERROR_JS
-)
+    .map(node => node.innerText).filter({_IS_ERROR_JS})"""
 
 
 def prompts(page) -> list[str]:
@@ -198,13 +194,12 @@ def run_all_cells(page, timeout_ms: int = 240_000) -> None:
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
     page.wait_for_function(
-        """() => {
+        f"""() => {{
             const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]
                 .map(p => p.textContent);
             if (prompts.length === 0 || prompts.some(p => p.includes('*'))) return false;
-            return prompts.every(p => /\\[\\d+\\]/.test(p)) || (%s)().length > 0;
-        }"""
-        % _ERRORS_JS,
+            return prompts.every(p => /\\[\\d+\\]/.test(p)) || ({_ERRORS_JS})().length > 0;
+        }}""",
         timeout=timeout_ms,
         polling=500,
     )

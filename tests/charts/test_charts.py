@@ -9,6 +9,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import itertools
+
 import pytest
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
@@ -82,7 +84,7 @@ def test_colours_and_legend_match_the_categories():
     texts = [t.get_text() for t in chart.legend.get_texts()]
     assert texts == [LABELS[k] for k in reversed(CATEGORIES)]
     handles = getattr(chart.legend, "legend_handles", None) or chart.legend.legendHandles  # < 3.7
-    for handle, key in zip(handles, reversed(CATEGORIES)):
+    for handle, key in zip(handles, reversed(CATEGORIES), strict=True):
         assert to_hex(handle.get_facecolor()) == to_hex(palette.CATEGORY_COLORS[key])
     assert len(set(palette.CATEGORY_COLORS.values())) == len(palette.CATEGORY_COLORS)
 
@@ -100,7 +102,7 @@ def line_gpus(chart) -> list:
     by_name = {g.name: g for g in list_gpus()}
     return [
         (line.get_ydata()[0], by_name[text.get_text().split(" (")[0].split(", ")[0]])
-        for line, text in zip(chart.gpu_lines, chart.gpu_texts)
+        for line, text in zip(chart.gpu_lines, chart.gpu_texts, strict=True)
     ]
 
 
@@ -109,7 +111,7 @@ def test_gpu_lines_stand_at_usable_memory_and_name_their_cards():
     drawn = line_gpus(chart)
     assert sorted(g.memory_gb for _, g in drawn) == sorted(memory_charts.COMMON_GPU_SIZES_GB)
     guide = {g.memory_gb: g for g in list_gpus(in_guide=True)}
-    for (height, gpu), text in zip(drawn, chart.gpu_texts):
+    for (height, gpu), text in zip(drawn, chart.gpu_texts, strict=True):
         assert height == pytest.approx(gpu.usable_bytes / GiB)
         assert text.get_text().endswith(f"({gpu.usable_text} usable)")
         if gpu.memory_gb in guide:  # the guide's card of that size is the one drawn
@@ -117,7 +119,9 @@ def test_gpu_lines_stand_at_usable_memory_and_name_their_cards():
         for name in text.get_text().split(" (")[0].split(", "):  # every card named is that high
             assert next(g for g in list_gpus() if g.name == name).usable_bytes == gpu.usable_bytes
     h200 = next(
-        text.get_text() for _, text in zip(drawn, chart.gpu_texts) if "H200" in text.get_text()
+        text.get_text()
+        for _, text in zip(drawn, chart.gpu_texts, strict=True)
+        if "H200" in text.get_text()
     )
     assert h200 == "H200 (139.8 GiB usable)"
     assert "141 GB" not in " ".join(t.get_text() for t in chart.gpu_texts)
@@ -138,7 +142,7 @@ def test_a_bar_is_below_a_gpus_line_exactly_when_it_fits_that_gpu(margin):
     h200 = make_report(weights=142.0e9)
     chart.update(h200)
     assert get_gpu("H200").fits(h200)
-    assert sum(chart.heights()[0].values()) < dict((g.name, h) for h, g in line_gpus(chart))["H200"]
+    assert sum(chart.heights()[0].values()) < {g.name: h for h, g in line_gpus(chart)}["H200"]
 
 
 def test_a_run_larger_than_every_gpu_says_so_and_a_small_one_does_not():
@@ -216,7 +220,9 @@ def test_gpu_fit_colours_bars_by_the_catalogs_own_fit_test_and_gives_headroom_in
     ax = new_ax(7, 6)
     drawn = charts.draw_gpu_fit(ax, report, gpus)
     assert len(drawn["bars"].patches) == len(gpus)
-    for gpu, patch, label in zip(drawn["gpus"], drawn["bars"].patches, drawn["labels"]):
+    for gpu, patch, label in zip(
+        drawn["gpus"], drawn["bars"].patches, drawn["labels"], strict=True
+    ):
         assert patch.get_width() == pytest.approx(gpu.usable_bytes / GiB)
         colour = palette.FIT_COLOR if gpu.fits(report) else palette.NO_FIT_COLOR
         assert to_hex(patch.get_facecolor()) == to_hex(colour)
@@ -242,7 +248,7 @@ def test_gpu_fit_never_says_a_bf16_run_fits_without_bf16_or_without_kernels():
     drawn = charts.draw_gpu_fit(new_ax(), small, gpus)
     by_name = {
         g.name: (fit, label.get_text())
-        for g, fit, label in zip(drawn["gpus"], drawn["fits"], drawn["labels"])
+        for g, fit, label in zip(drawn["gpus"], drawn["fits"], drawn["labels"], strict=True)
     }
     assert by_name["P100 16GB"][0] is False and "no kernels" in by_name["P100 16GB"][1]
     for name in ("T4", "V100 16GB"):  # bf16 asked, fp16 said
@@ -328,7 +334,7 @@ def test_decision_flow_update_in_place_draws_what_a_new_chart_draws():
 
 
 @pytest.mark.parametrize(
-    "size, budget, end",
+    ("size", "budget", "end"),
     [
         ("7B", "low", "colab_lambda"),
         ("8B", "High", "rtx4090"),
@@ -341,7 +347,7 @@ def test_decision_flow_update_in_place_draws_what_a_new_chart_draws():
 def test_decision_path_follows_the_guides_flow(size, budget, end):
     path = charts.decision_path(size, budget)
     assert path[:2] == ["goal", "size"] and path[-1] == end
-    for a, b in zip(path, path[1:]):
+    for a, b in itertools.pairwise(path):
         assert (a, b) in planning_charts.FLOW_EDGES
 
 
@@ -352,7 +358,7 @@ def test_decision_flow_highlights_exactly_the_path():
     for key, artist in drawn["nodes"].items():
         assert charts.is_highlighted(artist) == (key in path)
     for edge, arrow in drawn["edges"].items():
-        hot = edge in set(zip(path, path[1:]))
+        hot = edge in set(itertools.pairwise(path))
         assert (arrow.arrow_patch.get_linewidth() > 2) == hot
     plain = charts.draw_decision_flow(new_ax(7, 4.5))
     assert not any(charts.is_highlighted(a) for a in plain["nodes"].values())

@@ -1,9 +1,12 @@
 """The notebooks in a real browser: JupyterLab 4 in headless Chromium, driven by Playwright.
 
-For notebook 1 (the VRAM explorer and the memory timeline) and notebook 4 (the decision flow): run all cells, change a
-control as a student would, and check that the readout and the chart changed and that no cell
-shows an error. JupyterLab serves the course as ``make course`` does (notebooks/ and exercises/
-side by side at its root), and an exercise notebook is opened from its file browser.
+For notebook 1 (the VRAM explorer and the memory timeline) and notebook 4 (the decision flow):
+run all cells, change a control as a student would, and check that the readout and the chart
+changed and that no cell shows an error. The same explorers run in classic Notebook 6.5 with
+ipywidgets 7.7.1 and widgetsnbextension 3.6.10 (built by ``make classic-env``; skipped, saying
+so, without it), and a saved notebook shows each explorer's readout and chart without a
+kernel. JupyterLab serves the course as ``make course`` does (notebooks/ and exercises/ side
+by side at its root), and an exercise notebook is opened from its file browser.
 Screenshots go to $TMPDIR/lessonkit-screenshots/ (LESSONKIT_SCREENSHOTS=folder to choose).
 
     MPLBACKEND=Agg .venv/bin/python -m pytest -m browser     # or: make test (runs everything)
@@ -22,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser import lab  # tests/browser/lab.py
+from browser import classic, lab  # tests/browser/
 
 pytestmark = pytest.mark.browser
 
@@ -102,6 +105,54 @@ def state(explorer: object) -> tuple[str, str]:
     return readout, image
 
 
+def is_picture(src: str) -> bool:
+    """An Image widget's source: a blob URL of its PNG bytes (or a data URL)."""
+    return src.startswith(("blob:", "data:image/png"))
+
+
+def static_copies_hidden(page: object) -> bool:
+    """Every explorer's static copy (for viewers without a kernel) is hidden beside its live
+    widget, and there is one per explorer."""
+    return page.evaluate(
+        """() => {
+            const copies = [...document.querySelectorAll('.lessonkit-static')];
+            const live = document.querySelectorAll('.lessonkit-explorer').length;
+            return copies.length === live && copies.every(n => n.offsetParent === null);
+        }"""
+    )
+
+
+def check_static_view(browser: object, saved: Path, texts: list[str]) -> None:
+    """The saved notebook converted to HTML (no kernel, no widget state): every explorer's
+    static copy shows its readout and its chart; ``texts`` are found among the readouts."""
+    import subprocess
+    import sys
+
+    html_path = saved.with_suffix(".html")
+    subprocess.run(
+        [sys.executable, "-m", "nbconvert", "--to", "html", str(saved)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        page.goto(html_path.as_uri())
+        copies = page.locator(".lessonkit-static")
+        assert copies.count() >= 1
+        for i in range(copies.count()):
+            copy = copies.nth(i)
+            copy.scroll_into_view_if_needed()
+            assert copy.is_visible(), i
+            width = copy.locator("img").evaluate("img => img.complete && img.naturalWidth")
+            assert width and width > 100, (i, width)
+        shown = "\n".join(copies.all_inner_texts())
+        assert all(text in shown for text in texts), shown[:500]
+        shot(page, f"static-view-{saved.stem}")
+    finally:
+        page.close()
+
+
 def wait_for_change(
     page: object, explorer: object, before: tuple[str, str], timeout_ms: int = 30_000
 ) -> tuple[str, str]:
@@ -152,13 +203,14 @@ def assert_no_errors(page: object, server: lab.LabServer, name: str, explorer: o
     assert lab.saved_errors(saved) == []
 
 
-def test_vram_explorer_in_jupyterlab(page: object, server: lab.LabServer) -> None:
+def test_vram_explorer_in_jupyterlab(page: object, server: lab.LabServer, browser: object) -> None:
     name = NOTEBOOKS[0]
     run_notebook(page, server, name)
     explorer = page.locator(".lessonkit-vram-explorer")
     explorer.wait_for(state="visible")
     first = state(explorer)
-    assert "Peak per GPU" in first[0] and first[1].startswith("data:image/png")
+    assert "Peak per GPU" in first[0] and is_picture(first[1])
+    assert static_copies_hidden(page)
     shot(page, "01_vram_explorer-1-after-run-all", explorer)
 
     # At batch 1 a full fine-tune peaks in the optimizer step, whatever the batch: switch to
@@ -200,6 +252,7 @@ def test_vram_explorer_in_jupyterlab(page: object, server: lab.LabServer) -> Non
     shot(page, "01_vram_equation-page")
     assert_no_errors(page, server, name, explorer)
     check_timeline_explorer(page, server, name)
+    check_static_view(browser, server.root / name, ["Peak per GPU", "Peak of tensors"])
 
 
 def peak_of(readout: str) -> float:
@@ -249,7 +302,7 @@ def check_timeline_explorer(page: object, server: lab.LabServer, name: str) -> N
     explorer = page.locator(".lessonkit-timeline-explorer")
     explorer.wait_for(state="visible")
     first = state(explorer)
-    assert "Peak of tensors" in first[0] and first[1].startswith("data:image/png")
+    assert "Peak of tensors" in first[0] and is_picture(first[1])
     shot(page, "01_timeline_explorer-1-after-run-all", explorer)
     explorer.locator(".lessonkit-checkbox-checkpointing input").check()
     ckpt = wait_for_change(page, explorer, first)
@@ -332,7 +385,7 @@ def test_voila_dashboard_explorer_moves_and_resets(browser: object, tmp_path: Pa
                 timeout=60_000,
             )
             first = state(explorer)
-            assert "Peak per GPU" in first[0] and first[1].startswith("data:image/png")
+            assert "Peak per GPU" in first[0] and is_picture(first[1])
             assert "vram_explorer(" not in page.inner_text("body")  # code stays hidden
             shot(page, "voila_01-1-start", explorer)
 
@@ -392,3 +445,103 @@ def test_jupyterlab_rise_shows_the_notebook_as_slides(page: object, server: lab.
         timeout=30_000,
     )
     shot(page, "04_rise-2-second-slide")
+
+
+# ----- classic Notebook 6.5, ipywidgets 7.7.1, widgetsnbextension 3.6.10 -------------------
+CLASSIC_CELLS = [
+    "from lessonkit.widgets import (decision_flow_explorer, environment_explorer,\n"
+    "    gpu_matrix_explorer, timeline_explorer, vram_explorer)",
+    'vram_explorer("7B")',
+    "gpu_matrix_explorer()",
+    "environment_explorer()",
+    "decision_flow_explorer()",
+    "timeline_explorer()",
+]
+CLASSIC_KINDS = ["vram", "gpu-matrix", "environment", "decision-flow", "timeline"]
+# What the broken Output widget of widgetsnbextension 3.6.7-3.6.10 writes to the console.
+BROKEN_WIDGET = re.compile(r"Could not create a model|_deserialize_state is not a function")
+
+
+@pytest.fixture(scope="module")
+def classic_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lab.LabServer]:
+    why = classic.missing()
+    if why is not None:
+        pytest.skip(why)
+    if not Path(lab.CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {lab.CHROMIUM}: run 'make browser-deps'")
+    import nbformat
+
+    home = tmp_path_factory.mktemp("classic")
+    root = home / "course"
+    root.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CLASSIC_CELLS])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, root / "explorers.ipynb")
+    with classic.notebook_server(root, home, ROOT) as running:
+        yield running
+
+
+def test_every_explorer_in_classic_notebook_with_ipywidgets_7(
+    classic_server: lab.LabServer, browser: object
+) -> None:
+    page = browser.new_page(viewport=VIEWPORT)
+    console: list[str] = []
+    page.on("console", lambda message: console.append(message.text))
+    try:
+        classic.open_notebook(page, classic_server, "explorers.ipynb")
+        classic.run_all_cells(page)
+        assert classic.error_outputs(page) == []
+        for kind in CLASSIC_KINDS:
+            explorer = page.locator(f".lessonkit-{kind}-explorer")
+            explorer.wait_for(state="visible", timeout=60_000)
+            page.wait_for_function(
+                """node => {
+                    const img = node.querySelector('.lessonkit-chart img');
+                    return img && img.getAttribute('src') && img.naturalWidth > 100;
+                }""",
+                arg=explorer.element_handle(),
+                timeout=60_000,
+            )
+            readout, src = state(explorer)
+            assert readout.strip() and is_picture(src), kind
+            shot(page, f"classic-{kind}-1-after-run-all", explorer)
+        assert static_copies_hidden(page)
+
+        explorer = page.locator(".lessonkit-vram-explorer")
+        first = state(explorer)
+        # ipywidgets 7 drops the checkboxes' tooltips: the reason shows as text instead
+        notes = explorer.locator(".lessonkit-notes")
+        assert notes.is_visible() and "Activation offload: " in notes.inner_text()
+        explorer.locator(".lessonkit-toggle-method").get_by_role(
+            "button", name="lora", exact=True
+        ).click()
+        lora = wait_for_change(page, explorer, first)
+        assert "precision bf16 (bf16 base weights" in lora[0]
+        explorer.locator(".lessonkit-checkbox-checkpointing input").check()
+        checkpointed = wait_for_change(page, explorer, lora)
+        assert peak_of(checkpointed[0]) < peak_of(lora[0])
+        shot(page, "classic-vram-2-lora-checkpointing", explorer)
+
+        flow = page.locator(".lessonkit-decision-flow-explorer")
+        before = state(flow)
+        flow.locator(".lessonkit-toggle-budget").get_by_role(
+            "button", name="High", exact=True
+        ).click()
+        high = wait_for_change(page, flow, before)
+        assert "RTX 4090" in high[0]
+        shot(page, "classic-decision-flow-2-high-budget", flow)
+        assert not [m for m in console if BROKEN_WIDGET.search(m)], console
+
+        saved = classic.save_notebook(page, classic_server.root / "explorers.ipynb")
+        assert lab.saved_errors(saved) == []
+    finally:
+        page.close()
+    check_static_view(
+        browser,
+        classic_server.root / "explorers.ipynb",
+        ["Peak per GPU", "precision bf16", "RTX 4090", "Peak of tensors"],
+    )

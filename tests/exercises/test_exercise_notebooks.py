@@ -157,21 +157,29 @@ def test_unbalanced_markers_are_an_error(text):
 def test_exercise_notebooks_are_clean_and_say_where_they_come_from(name):
     solution = read(ROOT / "solutions" / f"{name}.ipynb")
     exercise = read(ROOT / "exercises" / f"{name}.ipynb")
-    first = source(exercise["cells"][0])
-    assert f"Generated from `solutions/{name}.ipynb` by `tools/generate_exercises.py`" in first
+    # Where it comes from is in the metadata, for the instructor; no cell a student reads says it.
+    provenance = exercise["metadata"]["lessonkit"]
+    assert provenance["generated_from"] == f"solutions/{name}.ipynb"
+    assert provenance["generator"] == "tools/generate_exercises.py"
+    assert "generate_exercises" not in json.dumps(exercise["cells"])
     for nb in (solution, exercise):
         for cell in nb["cells"]:
             assert cell.get("outputs", []) == [] and cell.get("execution_count") is None
             # cellView and jupyter hide the install cell (tools/bootstrap.py), and no other.
+            # ... and the grading cells, whose code a student does not need to read.
             allowed = {"tags", "nbgrader", "deletable", "editable"}
-            if cell is next(c for c in nb["cells"] if c["cell_type"] == "code"):
+            grading = (
+                cell["metadata"].get("nbgrader", {}).get("grade") and cell["cell_type"] == "code"
+            )
+            if grading or cell is next(c for c in nb["cells"] if c["cell_type"] == "code"):
                 allowed |= {"cellView", "jupyter"}
+                assert cell["metadata"].get("jupyter", {}).get("source_hidden") or not grading
             assert set(cell["metadata"]) <= allowed, cell["metadata"]
         assert "widgets" not in nb["metadata"]
     text = json.dumps(exercise)
     assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
     assert "solution-only" not in text and "solution notebook**" not in text
-    badges = source(exercise["cells"][1])
+    badges = source(exercise["cells"][0])
     assert (
         f"colab.research.google.com/github/{REPO_URL[19:]}/blob/{REF}/exercises/{name}.ipynb"
         in badges

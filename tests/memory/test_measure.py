@@ -74,7 +74,7 @@ def measured(report):
 
 # ----- exact bytes ---------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "precision, optimizer, weight_b, grad_b, state_b",
+    ("precision", "optimizer", "weight_b", "grad_b", "state_b"),
     [
         ("fp32", "adamw", 4, 4, 8),
         ("bf16", "adamw", 2, 2, 4),
@@ -127,7 +127,7 @@ def test_tied_embeddings_are_counted_once():
     assert measured(r)["parameter_bytes"] == TINY_GPT2.n_params * 4
 
 
-@pytest.mark.parametrize("lora_dtype, adapter_b", [("fp32", 4), ("bf16", 2)])
+@pytest.mark.parametrize(("lora_dtype", "adapter_b"), [("fp32", 4), ("bf16", 2)])
 def test_lora_bytes_are_exact(lora_dtype, adapter_b):
     r = measure(TINY, method="lora", precision="bf16", lora_dtype=lora_dtype, **SHORT)
     lora = TINY.lora_params(16, ("q_proj", "v_proj"))
@@ -233,7 +233,7 @@ def test_zero3_over_four_gpus_shards_exactly_by_four():
 
 
 @pytest.mark.parametrize(
-    "spec, kw",
+    ("spec", "kw"),
     [
         (TINY, dict()),
         (TINY_GPT2, dict(method="lora", lora_dtype="bf16")),
@@ -254,18 +254,18 @@ def test_zero3_mixed_gathers_in_16_bits_without_autocast(spec, kw):
             - m["optimizer_bytes"]
         )
 
-    mixed = measure(spec, n_gpus=4, zero_stage=3, **SHORT, **kw)
+    mixed = measure(spec, n_gpus=4, zero_stage=3, precision="bf16-mixed", **SHORT, **kw)
     pure = measure(spec, n_gpus=4, zero_stage=3, precision="bf16", **SHORT, **kw)
     assert forward_extra(mixed) == forward_extra(pure)
     assert any(
         "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)" in a for a in mixed.assumptions
     )
     if kw.get("method") is None:
-        one = measured(measure(spec, **SHORT))  # fp32 weights under autocast, one GPU
+        one = measured(measure(spec, precision="bf16-mixed", **SHORT))  # autocast, one GPU
         for key in ("parameter_bytes", "gradient_bytes", "optimizer_bytes"):
             assert measured(mixed)[key] * 4 == one[key], key
     # ZeRO-2 keeps autocast (replicated fp32 weights): the forward holds bf16 weight copies
-    z2 = measure(spec, n_gpus=4, zero_stage=2, **SHORT, **kw)
+    z2 = measure(spec, n_gpus=4, zero_stage=2, precision="bf16-mixed", **SHORT, **kw)
     assert any("autocast" in a for a in z2.assumptions)
 
 
@@ -285,7 +285,7 @@ def test_zero_stages_shard_what_they_should():
 
 # ----- bad input ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "kwargs, message",
+    ("kwargs", "message"),
     [
         (dict(precision="bf17"), "Did you mean 'bf16'"),
         (dict(optimizer="adamm"), "Allowed:"),

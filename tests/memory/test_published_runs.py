@@ -241,7 +241,8 @@ def test_the_arithmetic_in_the_explanations_adds_up() -> None:
     for terms, total in sums:
         parts = terms.split(" ")
         value = float(parts[0]) + sum(
-            float(n) * (1 if sign == "+" else -1) for sign, n in zip(parts[1::2], parts[2::2])
+            float(n) * (1 if sign == "+" else -1)
+            for sign, n in zip(parts[1::2], parts[2::2], strict=True)
         )
         assert round(value, 2) == float(total), (terms, total)
     for total, formula in products:

@@ -68,7 +68,8 @@ def test_measured_peak_is_the_reports_peak_with_the_same_parts(measured):
             k: v for k, v in report.breakdown.items() if v
         }, kw
         for phase, level in report.phase_peaks.items():  # each phase's own highest moment
-            assert max(t for t, p in zip(timeline.totals, timeline.phases) if p == phase) == level
+            moments = zip(timeline.totals, timeline.phases, strict=True)
+            assert max(t for t, p in moments if p == phase) == level
 
 
 def test_measured_categories_sum_to_the_live_total_at_every_event(measured):
@@ -105,7 +106,7 @@ GRID = list(
 )
 
 
-@pytest.mark.parametrize("model,method,ckpt,shape,optimizer", GRID)
+@pytest.mark.parametrize(("model", "method", "ckpt", "shape", "optimizer"), GRID)
 def test_estimated_peak_is_the_reports_peak(model, method, ckpt, shape, optimizer):
     report = lk.estimate(
         model,
@@ -120,7 +121,10 @@ def test_estimated_peak_is_the_reports_peak(model, method, ckpt, shape, optimize
     assert timeline.peak_bytes == report.tensor_bytes
     assert timeline.peak_phase == report.peak_phase
     for phase, level in report.phase_peaks.items():
-        assert max(t for t, p in zip(timeline.totals, timeline.phases) if p == phase) == level
+        assert (
+            max(t for t, p in zip(timeline.totals, timeline.phases, strict=True) if p == phase)
+            == level
+        )
     assert all(v >= 0 for values in timeline.series.values() for v in values)
     assert [p for p, _, _ in timeline.phase_spans()] == ["forward", "backward", "optimizer"]
 
@@ -132,7 +136,9 @@ def test_estimated_peak_under_zero(zero):
 
 
 def _local_maxima(values):
-    return sum(1 for a, b, c in zip(values, values[1:], values[2:]) if b > a and b > c)
+    return sum(
+        1 for a, b, c in zip(values, values[1:], values[2:], strict=False) if b > a and b > c
+    )
 
 
 def test_checkpointing_turns_the_backward_into_a_saw_tooth():
@@ -142,7 +148,7 @@ def test_checkpointing_turns_the_backward_into_a_saw_tooth():
     ckpt = lk.estimate("llama-2-7b", gradient_checkpointing=True, **shape).timeline
 
     def backward(t: Timeline) -> list[int]:
-        return [v for v, p in zip(t.totals, t.phases) if p == "backward"]
+        return [v for v, p in zip(t.totals, t.phases, strict=True) if p == "backward"]
 
     assert _local_maxima(backward(ckpt)) >= layers  # one tooth per recomputed layer
     # without checkpointing the backward starts high (all saved activations) and falls

@@ -311,7 +311,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("kw,message", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+@pytest.mark.parametrize(("kw", "message"), BAD, ids=[f"bad{i}" for i in range(len(BAD))])
 def test_bad_input_gets_a_clear_error(kw, message) -> None:
     kw = dict(kw)
     model = kw.pop("model")

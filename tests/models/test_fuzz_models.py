@@ -207,7 +207,7 @@ def test_an_empty_name_is_refused_and_never_reads_the_current_folder(tmp_path, m
 
 
 @pytest.mark.parametrize(
-    "size, reason",
+    ("size", "reason"),
     [
         ("1e30", "at most 2T parameters, got 1e+30"),
         ("0", "at least 1M parameters, got 0"),
@@ -257,7 +257,7 @@ def test_numbers_and_names_too_long_to_print_are_described_not_echoed():
 
 
 @pytest.mark.parametrize(
-    "budget, dollars",
+    ("budget", "dollars"),
     [("1e1", 10), ("1E1", 10), ("$1e1/h", 10), ("2.5", 2.5), (".5", 0.5), ("1.5e+1 per hour", 15)],
 )
 def test_budget_takes_the_numbers_tokens_takes(budget, dollars):
@@ -347,7 +347,7 @@ def test_random_modelspec_fields_give_a_spec_that_counts_or_a_clear_error(values
 
 
 @pytest.mark.parametrize(
-    "change, phrase",
+    ("change", "phrase"),
     [
         ({"head_dim": -8}, "head_dim"),
         ({"head_dim": 0}, "head_dim"),

@@ -13,6 +13,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import itertools
+
 import pytest
 
 from lessonkit import charts
@@ -57,9 +59,13 @@ def check_vram_state(explorer) -> None:
     try:
         report = estimate(explorer.controls["model"].value, **settings_of(explorer))
     except LessonkitError as exc:
+        refusal = str(exc)
+    else:
+        refusal = None
+    if refusal is not None:
         assert explorer.error is not None
         assert "Cannot show this combination" in explorer.readout.value
-        assert str(exc)[:40] in explorer.readout.value.replace("&#x27;", "'")
+        assert refusal[:40] in explorer.readout.value.replace("&#x27;", "'")
         return
     assert explorer.error is None, explorer.error
     drawn = explorer.chart.heights()[0]
@@ -80,6 +86,11 @@ def check_vram_state(explorer) -> None:
         assert explorer.chart.note.get_text() == "" or report.total_bytes > max(
             g.usable_bytes for g in list_gpus()
         )
+    elif report.settings["n_gpus"] > 1:  # never "single GPU" while several are selected
+        n = report.settings["n_gpus"]
+        assert f"even with {n} GPUs, the peak per GPU is above every GPU" in explorer.readout.value
+        assert f"above every GPU even on {n} GPUs" in explorer.chart.note.get_text()
+        assert "single GPU" not in explorer.readout.value + explorer.chart.note.get_text()
     else:
         assert "Does not fit on any single GPU" in explorer.readout.value
         assert "does not fit on any single GPU" in explorer.chart.note.get_text()
@@ -97,12 +108,12 @@ def test_vram_explorer_starts_where_estimate_does(vram):
     assert vram.controls["loss_chunks"].value == widgets.SETUP_DEFAULTS["loss_chunks"]
     check_vram_state(vram)
     assert "lessonkit-readout" in vram.readout._dom_classes
-    assert len(vram.output.outputs) == 1
+    assert vram.image.value == vram.png() and vram.image.format == "png"
 
 
 def test_every_vram_control_at_its_ends_and_every_option(vram):
     figure, patches = vram.figure, list(vram.chart.containers["weights"].patches)
-    for name, widget in vram.controls.items():
+    for widget in vram.controls.values():
         start = widget.value
         for value in extremes(widget):
             before = vram.readout.value
@@ -169,7 +180,11 @@ def test_sliders_have_teaching_ranges(vram):
     c = vram.controls
     assert (c["batch_size"].min, c["batch_size"].max) == (1, 64)
     seqs = [v for _, v in c["seq_len"].options]
-    assert seqs[0] == 128 and seqs[-1] == 32768 and all(b == 2 * a for a, b in zip(seqs, seqs[1:]))
+    assert (
+        seqs[0] == 128
+        and seqs[-1] == 32768
+        and all(b == 2 * a for a, b in itertools.pairwise(seqs))
+    )
     ranks = [v for _, v in c["lora_rank"].options]
     assert ranks[0] == 1 and ranks[-1] == 256
     c["method"].value = "full"
@@ -210,9 +225,8 @@ def test_each_redraw_shows_one_png_of_the_current_chart(vram):
     from PIL import Image
 
     vram.controls["batch_size"].value = 16
-    (output,) = vram.output.outputs
-    png = base64.b64decode(output["data"]["image/png"])
-    assert png == vram.png()
+    png = vram.image.value  # an Image widget: it shows where an Output widget stays blank
+    assert png == vram.png() and vram.image.layout.display != "none"
     width, height = Image.open(io.BytesIO(png)).size
     assert (width, height) == tuple(
         int(v * widgets.CHART_DPI) for v in vram.figure.get_size_inches()
@@ -248,8 +262,12 @@ def test_a_redraw_paints_the_same_picture_as_a_full_draw(vram):
 
 def test_static_fallback_in_the_display_bundle(vram, monkeypatch):
     bundle = vram._repr_mimebundle_()
-    assert "application/vnd.jupyter.widget-view+json" in bundle
-    assert base64.b64decode(bundle["image/png"]) == vram.png()
+    assert "application/vnd.jupyter.widget-view+json" in bundle and "image/png" not in bundle
+    static = vram.static_bundle()
+    assert base64.b64decode(static["image/png"]) == vram.png()
+    assert vram.readout.value in static["text/html"]
+    assert static["image/png"] in static["text/html"]  # the picture inside the HTML copy
+    assert "class='lessonkit-static'" in static["text/html"]
     monkeypatch.setenv("LESSONKIT_STATIC", "1")
     assert widgets.static_mode()
     bundle = vram._repr_mimebundle_()
@@ -258,9 +276,9 @@ def test_static_fallback_in_the_display_bundle(vram, monkeypatch):
     assert "<" not in bundle["text/plain"]
 
 
-def displayed_bundle(explorer) -> dict:
+def displayed_outputs(explorer) -> list[dict]:
     """What display(explorer) sends to the front end, through IPython's display machinery
-    (ipywidgets 7 goes through _ipython_display_, ipywidgets 8 through _repr_mimebundle_)."""
+    (``_ipython_display_``, in ipywidgets 7 and 8): one bundle per output."""
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.display import display
     from IPython.utils.capture import capture_output
@@ -268,23 +286,77 @@ def displayed_bundle(explorer) -> dict:
     InteractiveShell.instance()
     with capture_output() as captured:
         display(explorer)
-    (output,) = captured.outputs
-    return output.data
+    return [output.data for output in captured.outputs]
 
 
-def test_display_sends_the_widget_and_a_png_live_and_only_the_png_static(vram, monkeypatch):
+def test_display_sends_the_widget_and_a_static_copy_live_and_only_the_copy_static(
+    vram, monkeypatch
+):
     monkeypatch.delenv("LESSONKIT_STATIC", raising=False)
-    live = displayed_bundle(vram)
-    assert live["application/vnd.jupyter.widget-view+json"]["model_id"] == vram.model_id
-    assert base64.b64decode(live["image/png"]) == vram.png()
+    widget, copy = displayed_outputs(vram)
+    assert widget["application/vnd.jupyter.widget-view+json"]["model_id"] == vram.model_id
+    assert "image/png" not in widget and widget["text/plain"] == ""
+    assert base64.b64decode(copy["image/png"]) == vram.png()
+    assert "Peak per GPU" in copy["text/html"] and "lessonkit-static" in copy["text/html"]
+    # the live widget carries the rule that hides the copy beside it
+    assert (
+        ".lessonkit-static" in vram.static_rule.value and "display:none" in vram.static_rule.value
+    )
     monkeypatch.setenv("LESSONKIT_STATIC", "1")
-    static = displayed_bundle(vram)
+    (static,) = displayed_outputs(vram)
     assert "application/vnd.jupyter.widget-view+json" not in static
     assert "Peak per GPU" in static["text/plain"] and "image/png" in static
 
 
+def test_the_static_copy_follows_every_change_so_a_saved_notebook_shows_the_last_state(
+    vram, monkeypatch
+):
+    monkeypatch.delenv("LESSONKIT_STATIC", raising=False)
+    updates = []
+
+    class Handle:
+        def update(self, bundle, raw):
+            updates.append(bundle)
+
+    vram._static_handle = Handle()
+    vram.controls["batch_size"].value = 12
+    assert updates and updates[-1] == vram.static_bundle()
+    assert base64.b64decode(updates[-1]["image/png"]) == vram.png()
+    vram.controls["method"].value = "qlora"
+    vram.controls["n_gpus"].value = 8
+    vram.controls["zero_stage"].value = 3  # refused: the copy says so, with no picture
+    assert "Cannot show this combination" in updates[-1]["text/html"]
+    assert "image/png" not in updates[-1] and NO_CHART in updates[-1]["text/html"]
+
+    class Closed:
+        def update(self, bundle, raw):
+            raise OSError("the front end went away")
+
+    vram._static_handle = Closed()
+    vram.controls["zero_stage"].value = 2  # never raises; the widget goes on
+    assert vram.error is None and vram._static_handle is None
+
+
+def test_under_ipywidgets_7_greyed_out_savers_say_why_as_text(monkeypatch):
+    from lessonkit.widgets import controls
+
+    explorer = widgets.vram_explorer("7B")
+    assert explorer.notes.value == "" or not controls.tooltips_shown()
+    monkeypatch.setattr(controls, "tooltips_shown", lambda: False)  # as ipywidgets 7
+    explorer.controls["batch_size"].value = 2
+    notes = html.unescape(explorer.notes.value)
+    assert "Activation offload: Activation offload moves the checkpoints" in notes
+    assert explorer.notes.layout.display != "none"
+    explorer.controls["gradient_checkpointing"].value = True
+    assert "Activation offload" not in html.unescape(explorer.notes.value)
+    explorer.controls["n_gpus"].value = 2
+    assert "one GPU" in html.unescape(explorer.notes.value)
+    explorer.controls["n_gpus"].value = 1
+    assert explorer.notes.value == "" and explorer.notes.layout.display == "none"
+
+
 # The widget models Colab's front end renders (ipywidgets 7) and JupyterLab's (ipywidgets 8).
-CORE_MODULES = {"@jupyter-widgets/base", "@jupyter-widgets/controls", "@jupyter-widgets/output"}
+CORE_MODULES = {"@jupyter-widgets/base", "@jupyter-widgets/controls"}  # no Output widget
 
 
 def widget_tree(widget) -> list:
@@ -335,7 +407,7 @@ def test_css_classes_are_set_and_documented():
     doc = widgets.__doc__
     for explorer in explorers:
         assert "lessonkit-explorer" in explorer._dom_classes
-        kind = [c for c in explorer._dom_classes if c != "lessonkit-explorer"][0]
+        kind = next(c for c in explorer._dom_classes if c != "lessonkit-explorer")
         assert kind in doc
         assert "lessonkit-chart" in explorer.output._dom_classes
         for name, widget in explorer.controls.items():
@@ -400,7 +472,7 @@ def test_gpu_matrix_explorer_every_control():
     assert [g.name for g in explorer.drawn["gpus"]] == [
         g.name for g in sorted(guide, key=lambda g: (g.usable_bytes, g.name))
     ]
-    for name, widget in explorer.controls.items():
+    for widget in explorer.controls.values():
         start = widget.value
         for value in extremes(widget):
             widget.value = value
@@ -420,7 +492,7 @@ def test_environment_explorer_shows_each_environments_cheapest_fitting_setup():
     from lessonkit.planning.recommender import recommend
 
     explorer = widgets.environment_explorer()
-    for name, widget in explorer.controls.items():
+    for widget in explorer.controls.values():
         start = widget.value
         for value in extremes(widget):
             widget.value = value
@@ -434,11 +506,15 @@ def test_environment_explorer_shows_each_environments_cheapest_fitting_setup():
                     seq_len=c["seq_len"],
                 )
             except LessonkitError as exc:  # shown, not raised
+                refused: type | None = type(exc)
+            else:
+                refused = None
+            if refused is not None:
                 assert "Cannot show this combination" in explorer.readout.value
-                assert type(explorer.error) is type(exc)
+                assert type(explorer.error) is refused
                 continue
             assert explorer.error is None, explorer.error
-            for env, row in zip(list_environments(), explorer.rows):
+            for env, row in zip(list_environments(), explorer.rows, strict=True):
                 mine = [o for o in rec.options if o.environment == env.key and o.fits]
                 if not mine:
                     assert row["cost"] is None and row["note"] == rec.left_out[env.key]
@@ -491,7 +567,7 @@ def test_environment_rows_give_the_budget_as_the_reason_under_a_budget():
 def expected_readout_lines(rec) -> list[str]:
     """For each method, what the readout must say: the recommendation's cheapest option."""
     lines = []
-    for method, option in rec.best_per_method().items():
+    for option in rec.best_per_method().values():
         lines.append(
             f"<b>{html.escape(option.setup)}</b> on {html.escape(option.name)}, peak "
             f"{option.peak_bytes / GiB:,.1f} GiB per GPU"
@@ -568,7 +644,7 @@ def test_importing_widgets_is_cheap():
 
 def _moved(explorer) -> None:
     """Move every control of an explorer away from where it started."""
-    for name, widget in explorer.controls.items():
+    for widget in explorer.controls.values():
         options = (
             [v for _, v in widget.options]
             if hasattr(widget, "options")
@@ -632,9 +708,9 @@ def test_reset_starts_from_the_notebooks_settings_not_the_defaults():
 def assert_chart_cleared(explorer) -> None:
     """No picture of the previous settings: the output says there is no chart, and so does
     the display bundle."""
-    (output,) = explorer.output.outputs
-    assert "image/png" not in output.get("data", {}) and output["text"] == NO_CHART
-    assert "image/png" not in explorer._repr_mimebundle_()
+    assert explorer.image.layout.display == "none" and explorer.no_chart.value == NO_CHART
+    assert explorer.no_chart.layout.display != "none"
+    assert "image/png" not in explorer.static_bundle()
 
 
 def test_an_invalid_combination_clears_the_chart_and_shows_the_message(vram):
@@ -644,22 +720,31 @@ def test_an_invalid_combination_clears_the_chart_and_shows_the_message(vram):
     assert "Cannot show this combination" in vram.readout.value and "ZeRO-3" in vram.readout.value
     assert_chart_cleared(vram)
     vram.controls["zero_stage"].value = 2  # valid again: the chart is back
-    assert vram.error is None and "image/png" in vram.output.outputs[0]["data"]
+    assert vram.error is None and vram.image.value == vram.png()
+    assert vram.image.layout.display != "none" and vram.no_chart.layout.display == "none"
     check_vram_state(vram)
 
 
 def test_the_no_fit_hint_follows_the_current_settings(vram):
+    from lessonkit.widgets import advice
+
+    def first_fix() -> str:
+        found = advice.fixes(vram.report, vram.chart.largest_bytes, limit=1)
+        assert found, vram.readout.value
+        return re.sub(r" [(][^)]*[)]", "", found[0].words)
+
     vram.controls["model"].value = "70B"
     vram.controls["method"].value = "full"
-    note = vram.chart.note.get_text()
-    assert "LoRA/QLoRA" in note and "gradient checkpointing" in note
+    note = vram.chart.note.get_text().replace("\n", " ")
+    assert f"Fits with {first_fix()}" in note and "Try " not in note
     vram.controls["gradient_checkpointing"].value = True
-    assert "gradient checkpointing" not in vram.chart.note.get_text()
+    assert first_fix() in vram.chart.note.get_text().replace("\n", " ")
+    assert "with gradient checkpointing" not in vram.chart.note.get_text()  # already on
     vram.controls["method"].value = "lora"
     vram.controls["batch_size"].value = 64
     vram.controls["seq_len"].value = 2048  # beyond the catalog's largest GPU (288 GB)
-    note = vram.chart.note.get_text()
-    assert note and "LoRA/QLoRA" not in note and "QLoRA (4-bit" in note
+    note = vram.chart.note.get_text().replace("\n", " ")
+    assert first_fix() in note and "QLoRA" not in note
     vram.controls["n_gpus"].value = 8
     vram.controls["zero_stage"].value = 3
     note = vram.chart.note.get_text()
@@ -744,9 +829,9 @@ def test_the_environment_chart_has_a_legend_of_its_tier_colours():
     legend = explorer.drawn["legend"]
     names = [t.get_text() for t in legend.get_texts()]
     assert set(names) == {r["tier"] for r in explorer.rows if r["tier"]}
-    for name, patch in zip(names, legend.get_patches()):
+    for name, patch in zip(names, legend.get_patches(), strict=True):
         assert to_hex(patch.get_facecolor()) == to_hex(palette.TIER_COLORS[name])
-    for row, bar in zip(explorer.rows, explorer.drawn["bars"].patches):
+    for row, bar in zip(explorer.rows, explorer.drawn["bars"].patches, strict=True):
         assert to_hex(bar.get_facecolor()) == to_hex(palette.TIER_COLORS[row["tier"]])
 
 
@@ -822,7 +907,7 @@ SAVER_CASES = [  # (explorer's starting values, saver control, value that saves 
 ]
 
 
-@pytest.mark.parametrize("start, name, value", SAVER_CASES, ids=[c[1] for c in SAVER_CASES])
+@pytest.mark.parametrize(("start", "name", "value"), SAVER_CASES, ids=[c[1] for c in SAVER_CASES])
 def test_each_memory_saver_lowers_the_peak_the_readout_shows(start, name, value):
     start = dict(start)
     explorer = widgets.vram_explorer(start.pop("model"), **start)
@@ -1007,7 +1092,7 @@ def test_the_longest_chart_titles_stay_on_the_figure():
 
 
 @pytest.mark.parametrize(
-    "kw, message",
+    ("kw", "message"),
     [
         (
             dict(activation_offload=True),
