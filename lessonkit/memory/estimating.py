@@ -562,9 +562,7 @@ class _Step:
             assumptions=self.assumptions(),
             source="estimate",
             timeline_source=self.timeline,
-            managed_bytes=min(self.managed, breakdown["optimizer"])
-            if self.settings.device == "cuda"
-            else 0,
+            managed_bytes=min(self.managed, breakdown["optimizer"]),
         )
 
     def timeline(self) -> Any:

@@ -67,8 +67,10 @@ class MemoryReport:
     ``breakdown`` is the composition at the peak; ``total_bytes`` is the peak per GPU including
     the CUDA context and allocator margin (what nvidia-smi shows); ``tensor_bytes`` leaves those
     two out. ``managed_bytes`` is the part of the optimizer states a paged bitsandbytes
-    optimizer keeps in CUDA managed memory: nvidia-smi counts it while it is on the GPU, torch's
-    ``max_memory_allocated`` and ``memory_reserved`` do not (see ``memory_figures``).
+    optimizer keeps in CUDA managed memory on a GPU (also when the step is estimated or measured
+    on the CPU, where bitsandbytes keeps them as ordinary tensors): nvidia-smi counts it while it
+    is on the GPU, torch's ``max_memory_allocated`` and ``memory_reserved`` do not (see
+    ``memory_figures``).
     """
 
     model: ModelSpec
