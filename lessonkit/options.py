@@ -16,6 +16,7 @@ OPTIMIZERS = (
     "adamw-forloop",  # foreach=False: one parameter at a time
     "adamw-8bit",  # bitsandbytes AdamW8bit
     "paged-adamw-8bit",  # bitsandbytes PagedAdamW8bit
+    "paged-adamw-32bit",  # bitsandbytes PagedAdamW32bit (and PagedAdamW, its 32-bit default)
     "sgd",  # plain SGD, no state
     "sgd-momentum",  # SGD with one momentum buffer
     "adafactor",  # factored second moment, no first moment

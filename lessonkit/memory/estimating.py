@@ -260,6 +260,8 @@ class _Step:
             state += 4 * sum(count for _, count in trainable)  # step counters on the GPU
         self.offload_bytes = state if s.offload_optimizer else 0
         self.optimizer = 0 if s.offload_optimizer else state
+        # the part of the states a paged bitsandbytes optimizer keeps in CUDA managed memory
+        self.managed = 0 if s.offload_optimizer else opt.paged_state_bytes(s.optimizer, shards)
         self.step_temps = (
             0
             if s.offload_optimizer
@@ -542,7 +544,8 @@ class _Step:
         if self.settings.device == "cuda":
             const = cuda_constants()
             breakdown["cuda_context"] = int(const["cuda_context_bytes"])
-            breakdown["allocator_margin"] = int(tensors * (const["allocator_margin_ratio"] - 1))
+            pooled = tensors - self.managed  # managed memory is outside torch's caching allocator
+            breakdown["allocator_margin"] = int(pooled * (const["allocator_margin_ratio"] - 1))
         settings = self.settings.as_dict()
         settings["estimated"] = {  # with the step in backward no gradient is kept
             "weight_bytes": self.weights,
@@ -561,6 +564,7 @@ class _Step:
             assumptions=self.assumptions(),
             source="estimate",
             timeline_source=self.timeline,
+            managed_bytes=min(self.managed, breakdown["optimizer"]),
         )
 
     def timeline(self) -> Any:

@@ -404,6 +404,7 @@ def run_step(
         }
         if settings.activation_offload:
             measured["offloaded_peak_bytes"] = tracker.host_peak
+        managed = _paged_state_bytes(settings.optimizer, optimizers)
     phase_peaks: dict[str, int] = {}
     for phase, level in occurrences:
         if phase in PHASES:
@@ -421,8 +422,31 @@ def run_step(
         assumptions=assumptions(spec, settings, measured),
         source=f"measured: one training step {how} (torch {torch.__version__})",
         timeline_source=timeline,
+        managed_bytes=min(managed, breakdown.get("optimizer", 0)),
     )
     return report, tracker
+
+
+def _paged_state_bytes(optimizer: str, optimizers: list[Any]) -> int:
+    """Bytes of the states a paged bitsandbytes optimizer puts in CUDA managed memory on a GPU
+    (state1, state2 of each tensor of at least 1e5 elements, as its get_state_buffer does); on
+    CPU bitsandbytes keeps them as ordinary tensors, so they are found in the measured states."""
+    import torch
+
+    from .optimizers import PAGED, PAGED_MIN_SIZE
+
+    if optimizer not in PAGED:
+        return 0
+    total = 0
+    for each in optimizers:
+        for param, state in getattr(each, "state", {}).items():
+            if param.numel() < PAGED_MIN_SIZE:
+                continue
+            for key in ("state1", "state2"):
+                buffer = state.get(key)
+                if isinstance(buffer, torch.Tensor):
+                    total += buffer.numel() * buffer.element_size()
+    return total
 
 
 def chunked_loss(model: Any, ids: Any, chunks: int) -> Any:
@@ -579,6 +603,9 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
             "elements.",
             "paged-adamw-8bit": "CPU stand-in for bitsandbytes PagedAdamW8bit (same layout as "
             "AdamW8bit; paged states are counted on the GPU, not evicted).",
+            "paged-adamw-32bit": "bitsandbytes PagedAdamW32bit (on CPU its paged states fall "
+            "back to ordinary ones; on a GPU those of tensors of at least 1e5 elements are in "
+            "CUDA managed memory).",
             "sgd": "torch.optim.SGD(foreach=True), no state.",
             "sgd-momentum": "torch.optim.SGD(momentum=0.9, foreach=True): one momentum buffer.",
             "adafactor": "transformers Adafactor (factored second moment, no first moment, "

@@ -2,8 +2,15 @@
 
 Sizes follow the implementations the estimate names: torch.optim.AdamW (foreach, fused,
 for-loop), bitsandbytes AdamW8bit / PagedAdamW8bit (uint8 states with an fp32 absmax per 256
-values; tensors under 4096 elements keep fp32 states), torch.optim.SGD, transformers' Adafactor
-(factored second moment, no first moment) and Lion (one momentum buffer).
+values; tensors under 4096 elements keep fp32 states), bitsandbytes PagedAdamW32bit (two fp32
+states whatever the parameters' dtype, updated in place), torch.optim.SGD, transformers'
+Adafactor (factored second moment, no first moment) and Lion (one momentum buffer).
+
+bitsandbytes' paged optimizers (optim/optimizer.py, ``get_state_buffer``) put the state1/state2
+buffers of every tensor of at least 1e5 elements in CUDA managed (unified) memory
+(functional.py ``get_paged``: ``cget_managed_ptr``, i.e. cudaMallocManaged), outside torch's
+caching allocator; smaller tensors' states, the 8-bit absmax and quantization maps stay in
+torch's allocator. ``paged_state_bytes`` is that managed part.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ Tensors = Sequence[tuple[int, tuple[int, ...], int]]
 OPT8_BLOCK = 256
 OPT8_MIN_SIZE = 4096
 OPT8_QMAPS = 2 * 256 * 4  # two shared 256-entry fp32 quantization maps
+PAGED_MIN_SIZE = 100_000  # bitsandbytes pages the states of tensors of at least 1e5 elements
+PAGED = ("paged-adamw-8bit", "paged-adamw-32bit")
 
 
 def _adam8bit(numel: int) -> int:
@@ -43,6 +52,8 @@ def state_bytes(optimizer: str, tensors: Tensors, dtype_bytes: int, master: bool
         elif optimizer in ("adamw-8bit", "paged-adamw-8bit"):
             each += _adam8bit(numel)
             big = big or numel >= OPT8_MIN_SIZE
+        elif optimizer == "paged-adamw-32bit":
+            each += 2 * 4 * numel  # state1, state2 in fp32 for any parameter dtype
         elif optimizer == "sgd-momentum" or optimizer == "lion":
             each += sd * numel
         elif optimizer == "adafactor":
@@ -52,6 +63,22 @@ def state_bytes(optimizer: str, tensors: Tensors, dtype_bytes: int, master: bool
         total += each * count
     if big:
         total += OPT8_QMAPS
+    return total
+
+
+def paged_state_bytes(optimizer: str, tensors: Tensors) -> int:
+    """Bytes of those states that a paged bitsandbytes optimizer keeps in CUDA managed memory:
+    state1 and state2 of each tensor of at least 1e5 elements (0 for any other optimizer)."""
+    if optimizer not in PAGED:
+        return 0
+    total = 0
+    for numel, _, count in tensors:
+        if numel < PAGED_MIN_SIZE:
+            continue
+        if optimizer == "paged-adamw-32bit" or numel < OPT8_MIN_SIZE:
+            total += 2 * 4 * numel * count
+        else:
+            total += 2 * numel * count  # uint8 state1, state2 (the absmax stays in torch's pool)
     return total
 
 
@@ -77,4 +104,4 @@ def step_temporaries(optimizer: str, tensors: Tensors, dtype_bytes: int, master:
         upcast = 2 * 4 * largest if dtype_bytes != 4 else 0
         factors = 4 * (shape[0] + shape[-1]) if len(shape) >= 2 else 0
         return extra + upcast + 2 * 4 * largest + factors
-    return extra  # fused AdamW, 8-bit AdamW, SGD: in place
+    return extra  # fused AdamW, bitsandbytes' AdamW (8- and 32-bit), SGD: in place

@@ -65,8 +65,12 @@ class MemoryReport:
     """Peak memory of one training step on one GPU, broken down by category.
 
     ``breakdown`` is the composition at the peak; ``total_bytes`` is the peak per GPU including
-    the CUDA context and allocator margin; ``tensor_bytes`` leaves those two out (what
-    ``torch.cuda.max_memory_allocated`` reports).
+    the CUDA context and allocator margin (what nvidia-smi shows); ``tensor_bytes`` leaves those
+    two out. ``managed_bytes`` is the part of the optimizer states a paged bitsandbytes
+    optimizer keeps in CUDA managed memory on a GPU (also when the step is estimated or measured
+    on the CPU, where bitsandbytes keeps them as ordinary tensors): nvidia-smi counts it while it
+    is on the GPU, torch's ``max_memory_allocated`` and ``memory_reserved`` do not (see
+    ``memory_figures``).
     """
 
     model: ModelSpec
@@ -78,6 +82,7 @@ class MemoryReport:
     source: str = "estimate"
     # a timeline.Timeline, or a function that makes one when first asked for (see ``timeline``)
     timeline_source: Any = field(default=None, repr=False, compare=False)
+    managed_bytes: int = 0
 
     def __post_init__(self) -> None:
         self.breakdown = {key: int(self.breakdown.get(key, 0)) for key in CATEGORIES} | {
@@ -103,6 +108,44 @@ class MemoryReport:
         )
 
     @property
+    def allocated_peak_bytes(self) -> int:
+        """The peak of torch.cuda.max_memory_allocated: tensors in torch's caching allocator."""
+        return self.tensor_bytes - self.managed_bytes
+
+    @property
+    def reserved_bytes(self) -> int:
+        """torch.cuda.memory_reserved at the peak: the allocated peak plus the allocator margin."""
+        return self.allocated_peak_bytes + self.breakdown["allocator_margin"]
+
+    def memory_figures(self) -> list[tuple[str, int, str]]:
+        """(figure, bytes, what it includes) for each figure a learner reads on a GPU."""
+        paged = self.managed_bytes
+        states = f", not the {paged / GiB:.2f} GiB of paged optimizer states" if paged else ""
+        return [
+            (
+                "torch.cuda.max_memory_allocated",
+                self.allocated_peak_bytes,
+                f"tensors in torch's caching allocator{states}",
+            ),
+            (
+                "torch.cuda.memory_reserved",
+                self.reserved_bytes,
+                f"the allocated peak plus the allocator margin{states}",
+            ),
+            (
+                "nvidia-smi",
+                self.total_bytes,
+                "the reserved memory, the CUDA context"
+                + (
+                    " and the paged optimizer states (CUDA managed memory) while they are on "
+                    "the GPU; when the GPU runs short, the driver moves them to CPU RAM"
+                    if paged
+                    else ""
+                ),
+            ),
+        ]
+
+    @property
     def total_gb(self) -> float:
         return self.total_bytes / GB
 
@@ -120,6 +163,7 @@ class MemoryReport:
             "breakdown": dict(self.breakdown),
             "total_bytes": self.total_bytes,
             "tensor_bytes": self.tensor_bytes,
+            "managed_bytes": self.managed_bytes,
             "peak_phase": self.peak_phase,
             "phase_peaks": dict(self.phase_peaks),
             "assumptions": list(self.assumptions),
@@ -168,6 +212,9 @@ class MemoryReport:
             f"  {'Peak per GPU':<20}{self.total_bytes / GiB:>10.2f} GiB"
             f"  (during the {self.peak_phase})"
         )
+        if self.managed_bytes:
+            for figure, value, includes in self.memory_figures():
+                lines.append(f"  {figure:<33}{value / GiB:>8.2f} GiB  ({includes})")
         lines += [f"  - {a}" for a in self.assumptions]
         return "\n".join(lines)
 

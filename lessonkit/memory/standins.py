@@ -71,12 +71,22 @@ def make_optimizer(params: list[torch.Tensor], name: str, precision: str, on_gpu
         if precision == "bf16-master":
             return MasterWeightsAdamW(params, adamw, lr=lr)
         return adamw(params)
-    if name in ("adamw-8bit", "paged-adamw-8bit"):
+    if name in ("adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit"):
         bnb = bitsandbytes()
+        if bnb is None and name == "paged-adamw-32bit":
+            raise LessonkitError(
+                "optimizer='paged-adamw-32bit' is measured with bitsandbytes' PagedAdamW32bit: "
+                "install bitsandbytes, or measure optimizer='adamw-fused' (the same two states "
+                "in the parameters' dtype)."
+            )
         if bnb is not None:  # on CPU too (paged states fall back to ordinary ones there)
             import warnings
 
-            cls = bnb.optim.PagedAdamW8bit if name.startswith("paged") else bnb.optim.AdamW8bit
+            cls = {
+                "adamw-8bit": bnb.optim.AdamW8bit,
+                "paged-adamw-8bit": bnb.optim.PagedAdamW8bit,
+                "paged-adamw-32bit": bnb.optim.PagedAdamW32bit,
+            }[name]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 return cls(params, lr=lr)

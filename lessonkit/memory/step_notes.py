@@ -82,8 +82,16 @@ def assumptions(step: Any) -> list[str]:
             "goes one tensor at a time (two temporaries of the largest).",
             "adamw-8bit": "bitsandbytes AdamW8bit: 2 uint8 states per parameter plus an fp32 "
             "absmax per 256 values; tensors under 4096 elements keep fp32 states.",
-            "paged-adamw-8bit": "bitsandbytes PagedAdamW8bit: as AdamW8bit, counted on the GPU "
-            "(paging can move the states to CPU RAM under pressure).",
+            "paged-adamw-8bit": "bitsandbytes PagedAdamW8bit: as AdamW8bit; the uint8 states of "
+            "tensors of at least 1e5 elements live in CUDA managed memory, counted in the peak "
+            "per GPU (nvidia-smi shows them while they are on the GPU; under pressure the driver "
+            "moves them to CPU RAM) but not by torch.cuda.max_memory_allocated or "
+            "memory_reserved.",
+            "paged-adamw-32bit": "bitsandbytes PagedAdamW32bit: 2 fp32 states per parameter "
+            "whatever its dtype, updated in place; those of tensors of at least 1e5 elements "
+            "live in CUDA managed memory, counted in the peak per GPU (nvidia-smi shows them "
+            "while they are on the GPU; under pressure the driver moves them to CPU RAM) but "
+            "not by torch.cuda.max_memory_allocated or memory_reserved.",
             "sgd": "SGD without momentum: no optimizer state.",
             "sgd-momentum": "SGD with momentum: one state per parameter.",
             "adafactor": "transformers Adafactor: a row and a column vector per matrix (fp32), "

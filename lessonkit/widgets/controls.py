@@ -10,6 +10,7 @@ ipywidgets is imported only when a widget is built.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -64,6 +65,32 @@ CONTROL_NAMES = {
 }
 
 
+def _release_date(preset: str) -> str:
+    """The preset's release date (YYYY-MM-DD) as its note states it; "" where it states none."""
+    from ..models.spec import get_preset
+
+    found = re.search(r"as of (\d{4}-\d{2}-\d{2})", get_preset(preset).note)
+    return found.group(1) if found else ""
+
+
+def model_menu() -> list[tuple[str, str]]:
+    """The model menu as (label, value) pairs: the sizes, then the presets grouped by family.
+
+    ipywidgets' Dropdown has no option groups, so each preset's label names its family
+    ("Qwen3 — qwen3-8b"); the families come newest generation first (by the latest release
+    among their presets), each family's presets in preset_groups' order. The value stays the
+    preset's name.
+    """
+    from ..models.spec import preset_groups
+
+    groups = list(preset_groups().items())
+    newest = {family: max(_release_date(p) for p in names) for family, names in groups}
+    groups.sort(key=lambda group: newest[group[0]], reverse=True)  # stable: ties keep their order
+    options = [(size, size) for size in MODEL_SIZES]
+    options += [(f"{family} — {preset}", preset) for family, names in groups for preset in names]
+    return options
+
+
 def build_control(name: str, value: Any, continuous: bool) -> Any:
     """The widget for setting ``name`` at ``value``, with its label and CSS class."""
     import ipywidgets as W
@@ -72,10 +99,7 @@ def build_control(name: str, value: Any, continuous: bool) -> Any:
     style = {"description_width": "initial"}
     layout = W.Layout(width="auto")
     if name == "model":
-        options = [(m, m) for m in MODEL_SIZES]
-        from ..models.spec import preset_names
-
-        options += [(p, p) for p in preset_names()]
+        options = model_menu()
         if value not in [v for _, v in options]:
             from ..models.spec import resolve_model
 

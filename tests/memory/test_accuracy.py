@@ -180,6 +180,7 @@ GRID = [
     ("llama", dict(batch_size=2, seq_len=64, optimizer="lion")),
     ("llama", dict(batch_size=2, seq_len=64, optimizer="adamw-8bit")),
     ("llama", dict(batch_size=2, seq_len=64, optimizer="paged-adamw-8bit", precision="bf16")),
+    ("llama", dict(batch_size=2, seq_len=64, optimizer="paged-adamw-32bit", precision="bf16")),
     ("llama", dict(batch_size=2, seq_len=64, precision="bf16-master")),
     ("llama", dict(batch_size=2, seq_len=64, precision="bf16", optimizer="adafactor")),
     ("llama", dict(batch_size=4, seq_len=256, gradient_checkpointing=True)),
@@ -851,6 +852,7 @@ def test_weights_gradients_optimizer_exact(results, case) -> None:
     assert e["gradient_bytes"] == m["gradient_bytes"]
     assert e["optimizer_bytes"] == m["optimizer_bytes"]
     assert e["trainable_parameters"] == m["trainable_parameters"]
+    assert estimated.managed_bytes == measured.managed_bytes  # paged optimizer states
 
 
 @pytest.mark.parametrize("case", GRID, ids=_id)
