@@ -606,7 +606,7 @@ def _diagnose(
             gpu_obj = get_gpu(gpu)
         except LessonkitError as err:
             d.problems.append(str(err))
-    from ..memory.estimating import cuda_constants
+    from ..memory.step_notes import cuda_constants
 
     context = int(cuda_constants()["cuda_context_bytes"])
     d.budget_bytes, others = _budget(message, context)

@@ -1,8 +1,9 @@
 """Drive classic Jupyter Notebook 6.5 with ipywidgets 7.7.1 in headless Chromium.
 
 That environment (``widgetsnbextension`` 3.6.10, as pip installs it with ipywidgets 7.7.1 today,
-whose Output widget stays blank) is built apart from .venv, by ``make classic-env``, in
-``LESSONKIT_CLASSIC_ENV`` (default .venv-classic/ at the repository root). Used by tests/course/test_browser.py.
+whose Output widget stays blank) is built apart from .venv, by ``make classic-env`` (and ``make
+test``), in ``LESSONKIT_CLASSIC_ENV`` (default .venv-classic/ at the repository root). Used by
+tests/course/test_browser.py.
 """
 
 from __future__ import annotations
