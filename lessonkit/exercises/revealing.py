@@ -186,7 +186,8 @@ def _compare_names(read: Guess, actual: Any) -> str:
         # reveal was handed a figure where a name belongs: say so rather than compare names
         what = "GPU" if read.kind == "gpu" else "environment"
         return f"{read.message} (reveal needs the {what}'s name here, not a number.)"
-    names = _answer_names(actual)
+    given = getattr(actual, "names", None)  # a course answer stands for the names it gives
+    names = _answer_names(list(given) if isinstance(given, tuple) else actual)
     shown = _shown_names(names)
     if not read.ok:
         return f"{read.message} (The answer: {shown}.)"
@@ -195,7 +196,26 @@ def _compare_names(read: Guess, actual: Any) -> str:
         return f"{start}: right."
     if read.kind == "gpu":
         return start + _gpu_remark(read.value, names)
-    return f"{start}: not this time."
+    return start + _environment_remark(read.value, actual)
+
+
+def _environment_remark(guessed: str, actual: Any) -> str:
+    """': not this time', with what the guessed environment's cheapest run costs where the
+    answer carries each environment's cost (a course answer's ``costs``)."""
+    try:
+        costs = dict(getattr(actual, "costs", ()) or ())
+        answer_cost = float(actual.figure)
+    except Exception:  # a plain set of names, or a record that cannot say: no reason to give
+        return ": not this time."
+    for name, cost in costs.items():
+        if normalise_name(str(name)) == normalise_name(guessed):
+            if cost == 0:
+                return f": not this time. {name} is free, but the question asks for a paid one."
+            return (
+                f": not this time. {name}'s cheapest setup that fits costs ${cost:,.2f} for "
+                f"the whole run, against ${answer_cost:,.2f}."
+            )
+    return f": not this time. {guessed} has no setup that fits this run."
 
 
 def _gpu_remark(guessed: str, names: list[str]) -> str:

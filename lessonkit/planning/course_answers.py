@@ -40,6 +40,8 @@ class CourseAnswer:
     takeaway: str
     topic: str
     names: tuple[str, ...] = ()  # the GPUs or environments that answer, where it names any
+    # each environment's cheapest run that fits, in USD, for a reveal's reason: (name, cost)
+    costs: tuple[tuple[str, float], ...] = ()
 
     def mentioned_in(self, text: str) -> bool:
         """True when ``text`` speaks of this answer's question."""
@@ -208,12 +210,13 @@ def cheapest_environment_answer(
         paid_words = "no paid environment fits it"
     else:
         cost = min(o.cost_usd for o in paid)
-        best = [o for o in paid if o.cost_usd == cost]
+        # costs that read the same to the cent are a tie: a student cannot tell them apart
+        best = sorted((o for o in paid if round(o.cost_usd, 2) == round(cost, 2)), key=_by_cost)
         names = tuple(sorted(o.name for o in best))
-        paid_words = (
-            f"the cheapest paid one is {' or '.join(names)} ({best[0].setup}, "
-            f"{best[0].run_hours:.1f} h for ${cost:,.2f})"
+        runs = " or ".join(
+            f"{o.name} ({o.setup}, {o.run_hours:.1f} h for ${o.cost_usd:,.2f})" for o in best
         )
+        paid_words = f"the cheapest paid one is {runs}" + (", a tie" if len(best) > 1 else "")
     free_words = (
         f"{free[0].name} runs it free ({free[0].setup}, {free[0].run_hours:.1f} h)"
         if free
@@ -239,7 +242,12 @@ def cheapest_environment_answer(
         takeaway=takeaway,
         topic=r"cheapest (start|environment|paid)|least money|costs? least",
         names=names,
+        costs=tuple(sorted((o.name, float(o.cost_usd or 0.0)) for o in first.values())),
     )
+
+
+def _by_cost(option: Any) -> float:
+    return float(option.cost_usd)
 
 
 def course_answers(model: Any = "7B") -> dict[str, CourseAnswer]:

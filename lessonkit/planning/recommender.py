@@ -502,7 +502,12 @@ def _option(
                 if price.high == 0
                 else f"${hourly:.2f}/h, ${per_million:.2f} per million tokens"
             )
-            + (f"; {format_hours(hours)} and ${cost:,.2f} for the run" if hours is not None else "")
+            + (
+                f"; {format_hours(hours)} and ${cost:,.2f} for the run, start-up and checkpoint "
+                "saves included"
+                if hours is not None
+                else ""
+            )
         )
         if count > 8:
             note += f"; {count // 8} nodes of 8 GPUs in one job"

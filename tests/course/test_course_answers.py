@@ -147,7 +147,29 @@ def test_the_cheapest_answer_is_the_cheapest_first_fit_of_each_environment() -> 
             first.setdefault(option.environment, option)
     costs = [o.cost_usd for o in first.values() if o.price_per_hour > 0]
     assert answer.figure == min(costs)
+    # a tie to the cent: a student cannot tell two runs apart that both read $0.48
     assert set(answer.names) == {
-        o.name for o in first.values() if o.price_per_hour > 0 and o.cost_usd == min(costs)
+        o.name
+        for o in first.values()
+        if o.price_per_hour > 0 and round(o.cost_usd, 2) == round(min(costs), 2)
     }
     assert f"${min(costs):,.2f}" in answer.sentence
+    assert dict(answer.costs) == {o.name: o.cost_usd for o in first.values()}
+
+
+def test_environment_reveals_accept_ties_to_the_cent_and_say_what_a_wrong_guess_costs() -> None:
+    from lessonkit.exercises import reveal
+
+    answer = cheapest_environment_answer("7B", "lora", 10_000_000)
+    costs = dict(answer.costs)
+    for name in answer.names:
+        assert str(reveal(name, "environment", answer)).endswith(": right.")
+    paid = sorted((cost, name) for name, cost in costs.items() if cost > 0)
+    cost, wrong = next((c, n) for c, n in paid if n not in answer.names)
+    text = str(reveal(wrong, "environment", answer))
+    assert "not this time" in text
+    assert f"${cost:,.2f} for the whole run, against ${answer.figure:,.2f}" in text
+    free = next(name for name, cost in costs.items() if cost == 0)
+    assert "is free, but the question asks for a paid one" in str(
+        reveal(free, "environment", answer)
+    )
