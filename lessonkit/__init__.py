@@ -28,6 +28,7 @@ _EXPORTS = {
     "MemoryReport": "memory",
     "estimate": "memory",
     "measure": "memory",
+    "phase_words": "memory",
     "LessonkitError": "errors",
     "get_gpu": "hardware",
     "list_gpus": "hardware",

@@ -8,7 +8,7 @@ torch is imported only by the measuring modules, inside the functions that need 
 from .cuda_snapshot import timeline_from_snapshot
 from .estimating import estimate
 from .measuring import measure
-from .report import CATEGORIES, LABELS, PHASES, MemoryReport
+from .report import CATEGORIES, LABELS, PHASES, MemoryReport, phase_words
 from .timeline import Timeline
 
 __all__ = [
@@ -19,5 +19,6 @@ __all__ = [
     "Timeline",
     "estimate",
     "measure",
+    "phase_words",
     "timeline_from_snapshot",
 ]

@@ -37,6 +37,19 @@ LABELS = {
 PHASES = ("forward", "backward", "optimizer")
 
 
+# How the course says each phase of a step in a sentence ("the peak is in the backward pass").
+PHASE_WORDS = {
+    "forward": "forward pass",
+    "backward": "backward pass",
+    "optimizer": "optimizer step",
+}
+
+
+def phase_words(phase: str) -> str:
+    """'backward pass' for 'backward', 'optimizer step' for 'optimizer'; others as they are."""
+    return PHASE_WORDS.get(phase, phase)
+
+
 def _is_bool(value: object) -> bool:
     return isinstance(value, bool)
 
@@ -76,7 +89,7 @@ class MemoryReport:
     model: ModelSpec
     settings: dict[str, Any]
     breakdown: dict[str, int]
-    peak_phase: str
+    peak_phase: str  # "forward", "backward" or "optimizer"; phase_words() says it in a sentence
     phase_peaks: dict[str, int] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
     source: str = "estimate"
@@ -210,7 +223,7 @@ class MemoryReport:
             lines.append(f"  {label:<20}{value / GiB:>10.2f} GiB")
         lines.append(
             f"  {'Peak per GPU':<20}{self.total_bytes / GiB:>10.2f} GiB"
-            f"  (during the {self.peak_phase})"
+            f"  (during the {phase_words(self.peak_phase)})"
         )
         if self.managed_bytes:
             for figure, value, includes in self.memory_figures():
@@ -230,6 +243,6 @@ class MemoryReport:
             f"<br><small>{html.escape(self.source)}</small>"
             f"<table>{body}<tr><th>Peak per GPU</th><th style='text-align:right'>"
             f"{self.total_bytes / GiB:.2f} GiB</th></tr></table>"
-            f"<small>Peak during the {self.peak_phase}.</small>"
+            f"<small>Peak during the {phase_words(self.peak_phase)}.</small>"
             f"{'<ul>' + notes + '</ul>' if notes else ''}</div>"
         )

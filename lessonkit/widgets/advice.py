@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import LessonkitError
-from ..memory.report import LABELS
+from ..memory.report import LABELS, phase_words
 from ..planning.fitting import MIN_SEQ, estimate_cached, fit_changes, usual_precision
 from ..units import GiB
 
-PHASE_WORDS = {"forward": "forward", "backward": "backward", "optimizer": "optimizer step"}
 MAX_FIXES = 3  # lines of advice at most
 SHOWN_PARTS = 3  # parts of the peak named beside its phase
 
@@ -37,11 +36,6 @@ class Advice:
     change: dict[str, Any]
     words: str
     report: Any
-
-
-def phase_words(phase: str) -> str:
-    """'optimizer step' for 'optimizer'; other phases as they are."""
-    return PHASE_WORDS.get(phase, phase)
 
 
 def phase_html(report: Any, previous: Any = None) -> str:

@@ -106,7 +106,7 @@ def _estimate(model: Any, **settings: Any) -> Any:
 
 def peak_html(report: Any) -> str:
     total = report.total_bytes
-    from .advice import phase_words
+    from ..memory.report import phase_words
 
     return (
         f"<b>Peak per GPU: {total / GiB:,.1f} GiB</b> (during the "

@@ -100,13 +100,13 @@ def test_eight_gpus_at_zero_3_are_not_told_qlora_nor_single_gpu():
 def test_checkpointing_a_full_batch_64_says_the_peak_moved_to_the_optimizer_step():
     explorer = widgets.vram_explorer("7B", method="full", batch_size=64)
     assert explorer.report.peak_phase == "backward"
-    assert "(during the backward)" in explorer.readout.value
+    assert "(during the backward pass)" in explorer.readout.value
     assert "moved" not in explorer.readout.value
     explorer.controls["gradient_checkpointing"].value = True
     assert explorer.report.peak_phase == "optimizer"
     readout = explorer.readout.value
     assert "(during the optimizer step)" in readout
-    assert "<b>The peak moved to the optimizer step</b> (from the backward)" in readout
+    assert "<b>The peak moved to the optimizer step</b> (from the backward pass)" in readout
     parts = sorted(explorer.report.breakdown.items(), key=lambda kv: -kv[1])[:3]
     assert "Largest there: optimizer states 50.2 GiB" in html.unescape(readout)
     assert parts[0][0] == "optimizer"
