@@ -132,7 +132,9 @@ def test_a_near_miss_suggests_the_preset() -> None:
     assert get_preset("Qwen3 8B").name == "qwen3-8b"
 
 
-@pytest.mark.parametrize("name", ["gemma-3-1b", "qwen3-0.6b", "phi-4", "granite-3.3-8b"])
+@pytest.mark.parametrize(
+    "name", ["gemma-3-1b", "gemma-3-27b", "qwen3-0.6b", "phi-4", "granite-3.3-8b", "olmo-2-7b"]
+)
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_preset_weights_are_the_meta_models_bytes(name: str, precision: str) -> None:
     """Parameters and buffers (Gemma 3: two rotary tables and the embedding scale)."""
