@@ -132,7 +132,9 @@ def test_a_near_miss_suggests_the_preset() -> None:
     assert get_preset("Qwen3 8B").name == "qwen3-8b"
 
 
-@pytest.mark.parametrize("name", ["gemma-3-1b", "qwen3-0.6b", "phi-4", "granite-3.3-8b"])
+@pytest.mark.parametrize(
+    "name", ["gemma-3-1b", "gemma-3-27b", "qwen3-0.6b", "phi-4", "granite-3.3-8b", "olmo-2-7b"]
+)
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_preset_weights_are_the_meta_models_bytes(name: str, precision: str) -> None:
     """Parameters and buffers (Gemma 3: two rotary tables and the embedding scale)."""
@@ -148,3 +150,77 @@ def test_preset_weights_are_the_meta_models_bytes(name: str, precision: str) -> 
     assert (
         lessonkit.estimate(spec, precision=precision).settings["estimated"]["weight_bytes"] == real
     )
+
+
+# ----- Gemma 3 4B-27B, Mistral Small 3.1, OLMo 2 ----------------------------------------------
+# The family of each and the parameters of its text decoder as published beside the checkpoint,
+# not by lessonkit: Gemma 3 4B's Gemma3TextModel (3,880,263,168 in a module summary of
+# google/gemma-3-4b-it); Gemma 3 12B and 27B, the Hub totals (12,187,325,040 and 27,432,406,640)
+# less the vision tower and projector (4B's total 4,300,079,472 less its text decoder gives the
+# tower, 416,866,032, plus 1,152 x hidden_size + 1,152 for the projector); Mistral Small 3.x's
+# text decoder 23,572,403,200 (3.2, the same shape); OLMo 2's model cards say 7B and 13B.
+PRESETS_2025_II = {
+    "gemma-3-4b": ("gemma3_text", "Gemma 3", 3_880_263_168),
+    "gemma-3-12b": ("gemma3_text", "Gemma 3", 12_187_325_040 - 416_866_032 - 1_152 * 3_841),
+    "gemma-3-27b": ("gemma3_text", "Gemma 3", 27_432_406_640 - 416_866_032 - 1_152 * 5_377),
+    "mistral-small-3.1-24b": ("mistral", "Mistral", 23_572_403_200),
+    "olmo-2-7b": ("olmo2", "OLMo 2", None),
+    "olmo-2-13b": ("olmo2", "OLMo 2", None),
+}
+
+
+def _meta_model_params(name: str) -> int:
+    from lessonkit.models.spec import get_preset
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(get_preset(name).to_hf_config())
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", PRESETS_2025_II)
+def test_gemma3_mistral_small_and_olmo2_presets_count_what_transformers_builds(name: str) -> None:
+    from lessonkit.models.spec import _preset_data, get_preset
+
+    family, _, published = PRESETS_2025_II[name]
+    spec = get_preset(name)
+    assert spec.family == family
+    assert spec.n_params == _meta_model_params(name)
+    if published is not None:
+        assert spec.n_params == published
+    else:  # "7B", "13B": the size in the name, in whole billions (7.30B, 13.72B)
+        assert spec.n_params // 10**9 == int(name.split("-")[-1].removesuffix("b"))
+    entry = _preset_data()[name]
+    assert entry["hf_id"] in entry["source"] and "/" in entry["source"].split(" in ", 1)[-1]
+    assert "2024-11-01" <= entry["as_of"] <= "2025-12-31" and entry["as_of_basis"]
+
+
+def test_gemma3_mistral_small_and_olmo2_presets_are_grouped_by_family() -> None:
+    from lessonkit.models.spec import preset_groups
+
+    groups = preset_groups()
+    assert groups["Gemma 3"] == ["gemma-3-1b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b"]
+    assert groups["Mistral"] == ["mistral-7b", "mistral-small-3.1-24b"]
+    assert groups["OLMo 2"] == ["olmo-2-7b", "olmo-2-13b"]
+
+
+@pytest.mark.parametrize("name", PRESETS_2025_II)
+def test_gemma3_mistral_small_and_olmo2_presets_estimate(name: str) -> None:
+    """Full fine-tuning in bf16-mixed with AdamW: 16 bytes a parameter before activations."""
+    import lessonkit
+
+    report = lessonkit.estimate(name, precision="bf16-mixed", optimizer="adamw")
+    assert report.model.name == name
+    parts = report.breakdown
+    assert parts["gradients"] + parts["optimizer"] >= 12 * report.model.n_params
+    assert report.total_bytes > 16 * report.model.n_params
+    lora = lessonkit.estimate(name, method="lora")
+    assert 0 < lora.total_bytes < report.total_bytes
+
+
+def test_the_new_presets_answer_to_near_misses() -> None:
+    from lessonkit.models.spec import get_preset
+
+    assert get_preset("Gemma 3 27B").name == "gemma-3-27b"
+    assert get_preset("olmo2-13b").name == "olmo-2-13b"
+    with pytest.raises(LessonkitError, match="olmo-2-7b"):
+        get_preset("olmo-2-8b")
