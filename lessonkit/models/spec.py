@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from ..errors import LessonkitError, normalise_name, real_number, unknown_name_message
 from ..safe_repr import short_repr
 from ..units import parse_count
+from .experts import check_expert_fields, inactive_expert_params
 from .hf_config import FAMILIES, hf_config_from_spec, read_hf_config, spec_fields
 from .traced import TRACED, meta_inventory, traced_config
 
@@ -115,6 +116,13 @@ class ModelSpec:
     mlp_bias: bool = False
     max_positions: int = 0  # learned position embeddings (GPT-2); 0 for rotary models
     hidden_act: str = "silu"
+    # mixture of experts (0 without): experts per MoE layer, experts each token is routed to,
+    # one expert's MLP width, always-used experts, and how many layers have experts
+    n_experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate_size: int = 0
+    n_shared_experts: int = 0
+    moe_layers: int = 0
     note: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -171,6 +179,14 @@ class ModelSpec:
                     "hidden_size must be divisible by n_heads when head_dim is not given."
                 )
             object.__setattr__(self, "head_dim", self.hidden_size // self.n_heads)
+        check_expert_fields(
+            self.n_experts,
+            self.experts_per_token,
+            self.expert_intermediate_size,
+            self.n_shared_experts,
+            self.moe_layers,
+            self.n_layers,
+        )
 
     # ----- parameter counts -------------------------------------------------------------
     @property
@@ -338,6 +354,21 @@ class ModelSpec:
     def n_params(self) -> int:
         """Total parameters, as ``sum(p.numel() for p in model.parameters())`` counts them."""
         return self._count("linear", "bias", "norm", "embed", "head", "other")
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token's computation uses: all of them, less the experts it is not
+        routed to (every expert's weights are still held); n_params without experts."""
+        if not self.n_experts:
+            return self.n_params
+        return self.n_params - inactive_expert_params(
+            self.hidden_size,
+            self.n_experts,
+            self.experts_per_token,
+            self.expert_intermediate_size,
+            self.moe_layers,
+            self.gated_mlp,
+        )
 
     def lora_shapes(self, targets: tuple[str, ...] | str) -> list[tuple[int, int]]:
         """Per-layer (in, out) of the linear layers that LoRA ``targets`` select."""
