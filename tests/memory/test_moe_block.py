@@ -43,15 +43,17 @@ def _block_and_spec(case: str) -> tuple[Any, ModelSpec, MoEMLP]:
     config._experts_implementation = "grouped_mm"
     spec = ModelSpec.from_hf_config(config.to_dict() | {"model_type": model_type})
     if model_type == "mixtral":
-        from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock as cls
+        from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 
+        module_class: Any = MixtralSparseMoeBlock
         block = MoEMLP(normalize_top_k=True, float_weights=True)
     else:
-        from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock as cls
+        from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
 
+        module_class = Qwen3MoeSparseMoeBlock
         block = MoEMLP(normalize_top_k=config.norm_topk_prob)
     with torch.device("meta"):
-        module = cls(config).to(torch.bfloat16)
+        module = module_class(config).to(torch.bfloat16)
     return module, spec, block
 
 
