@@ -39,6 +39,8 @@ def expert_fields(model_type: object, config: Any, n_layers: int) -> dict[str, i
     values = {}
     for key in (experts_key, per_token_key, width_key):
         value = getattr(config, key, None)
+        if value is None and key == "num_experts":  # stored as num_local_experts (attribute_map)
+            value = getattr(config, "num_local_experts", None)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise LessonkitError(
                 f"{key} in the {model_type} config must be a whole number >= 0, "

@@ -24,6 +24,9 @@ from .traced import TRACED, meta_inventory, traced_config
 LINEAR_MODULES = {
     "gpt2": ("c_attn", "c_proj", "c_fc"),
     "phi3": ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"),
+    # the experts' weights are 3D tensors, not linear layers: LoRA goes on attention
+    "qwen3_moe": ("q_proj", "k_proj", "v_proj", "o_proj"),
+    "mixtral": ("q_proj", "k_proj", "v_proj", "o_proj"),
     "default": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
 }
 # peft's default ``target_modules`` per family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
@@ -31,7 +34,7 @@ LINEAR_MODULES = {
 PEFT_DEFAULT_TARGETS = {"gpt2": ("c_attn",), "phi3": ("qkv_proj",), "default": ("q_proj", "v_proj")}
 # Families whose attention normalises q and k: per head (over head_dim) or over the whole
 # projection (OLMo 2).
-QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "projection"}
+QK_NORM = {"qwen3": "head", "qwen3_moe": "head", "gemma3_text": "head", "olmo2": "projection"}
 # The norms of a decoder layer, by where they sit: before a sublayer ("pre"), after it
 # ("post"), or both (Gemma 2 and 3).
 LAYER_NORMS = {
@@ -234,6 +237,8 @@ class ModelSpec:
             "v_proj": (h, self.kv_size),
             "o_proj": (self.q_size, h),
         }
+        if self.n_experts:  # the MLP is the experts' (not linear layers)
+            return shapes
         if self.gated_mlp:
             shapes.update(gate_proj=(h, i), up_proj=(h, i), down_proj=(i, h))
         else:
@@ -320,6 +325,13 @@ class ModelSpec:
             layer = (
                 linears + biases + qk + [t for name in self.layer_norm_names for t in norm(name)]
             )
+            if self.n_experts:  # the router and every expert's weights
+                experts, width = self.n_experts, self.expert_intermediate_size
+                layer += [
+                    ParamTensor("mlp.gate.weight", (experts, h), "other"),
+                    ParamTensor("mlp.experts.gate_up_proj", (experts, 2 * width, h), "other"),
+                    ParamTensor("mlp.experts.down_proj", (experts, h, width), "other"),
+                ]
             outer = [ParamTensor("model.embed_tokens.weight", (self.vocab_size, h), "embed")]
             outer += norm("model.norm")
         if not self.tie_embeddings:

@@ -62,6 +62,8 @@ def test_experts_counted_as_the_meta_model(case: str) -> None:
     assert spec.active_params < spec.n_params
     assert spec.experts_per_token == config.num_experts_per_tok
     assert spec.moe_layers == (2 if case.endswith("dense_first") else 3)
+    # experts in every layer: read block by block; dense layers among them: traced
+    assert spec.family == ("traced" if case.endswith("dense_first") else config.model_type)
 
 
 def test_fields_read_from_each_family() -> None:
