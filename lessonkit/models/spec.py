@@ -473,6 +473,8 @@ FAMILY_LABELS = {
     "mistral": "Mistral",
     "qwen2": "Qwen2.5",
     "qwen3": "Qwen3",
+    "qwen3_moe": "Qwen3-MoE",
+    "mixtral": "Mixtral",
     "gemma": "Gemma",
     "gemma2": "Gemma 2",
     "gemma3_text": "Gemma 3",

@@ -111,3 +111,14 @@ def test_report_gives_total_and_active_params() -> None:
     assert report.to_dict()["active_params"] == spec.active_params
     assert f"{spec.active_params / 1e9:.2f}B active" in str(report)
     assert "active" not in str(lessonkit.estimate(ModelSpec("d", "llama", 2, 64, 4, 4, 128, 100)))
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "mixtral-8x7b"])
+def test_moe_presets_weigh_what_the_meta_model_weighs(name: str) -> None:
+    from lessonkit.models.spec import get_preset
+
+    spec = get_preset(name)
+    total, active = _meta_counts(spec.to_hf_config())
+    assert spec.n_params == total
+    assert spec.active_params == active
+    assert spec.active_params < spec.n_params / 3  # computes like a far smaller model
