@@ -122,3 +122,11 @@ def test_moe_presets_weigh_what_the_meta_model_weighs(name: str) -> None:
     assert spec.n_params == total
     assert spec.active_params == active
     assert spec.active_params < spec.n_params / 3  # computes like a far smaller model
+
+
+def test_the_estimate_says_which_routing_it_assumes() -> None:
+    import lessonkit
+
+    report = lessonkit.estimate("qwen3-30b-a3b", method="lora", batch_size=1, seq_len=512)
+    notes = " ".join(report.assumptions)
+    assert "even routing" in notes and "3.35B active" in notes and "all 128 experts" in notes
