@@ -75,8 +75,16 @@ class MoEMLP:
         saved.add(f"{prefix}.act", compute * rows * width)  # act(gate), for the product
         if trains:  # act(gate) * up: the grouped down's input
             saved.add(f"{prefix}.gated", compute * rows * width)
+        before = saved.activations
         weight_bytes = ROUTER_BYTES if self.float_weights else compute
         saved.add(f"{prefix}.routing_weights", weight_bytes * rows)
         saved.add(f"{prefix}.down_out", compute * rows * hidden)  # for the weighting
         saved.add(f"{prefix}.inverse_perm", INDEX_BYTES * rows)
+        if trains:
+            saved.freed_first = saved.activations - before + compute * rows * width
+        else:
+            saved.freed_first = saved.activations - before
+        # the backward's own: the weighted output's gradient per row, then the grouped down's
+        # input gradient and the gate and up gradients it makes
+        saved.mlp_grads = compute * rows * (hidden + 3 * width)
         return Flow(f"L{layer}.moe_out", ctx.residual_bytes, True)
