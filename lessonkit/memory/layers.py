@@ -27,6 +27,7 @@ from .activations import (
     linear,
     rmsnorm,
 )
+from .experts import MoEMLP
 
 
 # ----- the decoder layer ---------------------------------------------------------------------
@@ -133,6 +134,19 @@ _LAYERS = {
 
 def decoder_layer(spec: ModelSpec) -> DecoderLayer:
     """The blocks of one decoder layer of ``spec``'s family."""
+    if spec.family in ("qwen3_moe", "mixtral"):
+        mixtral = spec.family == "mixtral"
+        experts = MoEMLP(
+            normalize_top_k=mixtral or bool(spec.extra.get("norm_topk_prob")),
+            float_weights=mixtral,
+        )
+        qk = "head" if spec.family == "qwen3_moe" else "none"
+        return DecoderLayer(
+            (
+                Branch("x", RMSNorm("input_layernorm", "n1"), Attention(qk_norm=qk)),
+                Branch("mid", RMSNorm("post_attention_layernorm", "n2"), experts),
+            )
+        )
     if spec.family == "gpt2":
         return GPT2_LAYER
     if spec.family in _LAYERS:

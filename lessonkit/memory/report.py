@@ -171,6 +171,7 @@ class MemoryReport:
         return {
             "model": self.model.name,
             "n_params": self.model.n_params,
+            "active_params": self.model.active_params,
             "source": self.source,
             "settings": dict(self.settings),
             "breakdown": dict(self.breakdown),
@@ -184,6 +185,13 @@ class MemoryReport:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
+
+    def _params_text(self) -> str:
+        """ "6.74B params", or with experts "30.53B params, 3.35B active"."""
+        text = f"{self.model.n_params / 1e9:.2f}B params"
+        if self.model.n_experts:
+            text += f", {self.model.active_params / 1e9:.2f}B active"
+        return text
 
     def _settings_line(self) -> str:
         s = self.settings
@@ -215,9 +223,7 @@ class MemoryReport:
         return [(LABELS.get(k, k), v) for k, v in self.breakdown.items() if v]
 
     def __str__(self) -> str:
-        title = (
-            f"{self.model.name} ({self.model.n_params / 1e9:.2f}B params): {self._settings_line()}"
-        )
+        title = f"{self.model.name} ({self._params_text()}): {self._settings_line()}"
         lines = [title] + ([f"{'source':<22}{self.source}"] if self.source != "estimate" else [])
         for label, value in self.rows():
             lines.append(f"  {label:<20}{value / GiB:>10.2f} GiB")
@@ -239,7 +245,7 @@ class MemoryReport:
         notes = "".join(f"<li>{html.escape(a)}</li>" for a in self.assumptions)
         return (
             f"<div class='lessonkit-report'><b>{html.escape(self.model.name)}</b> "
-            f"({self.model.n_params / 1e9:.2f}B params): {html.escape(self._settings_line())}"
+            f"({html.escape(self._params_text())}): {html.escape(self._settings_line())}"
             f"<br><small>{html.escape(self.source)}</small>"
             f"<table>{body}<tr><th>Peak per GPU</th><th style='text-align:right'>"
             f"{self.total_bytes / GiB:.2f} GiB</th></tr></table>"

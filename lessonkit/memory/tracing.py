@@ -87,7 +87,9 @@ def _untraceable(spec: ModelSpec, err: Exception) -> LessonkitError:
 def _trace_at(spec: ModelSpec, settings: RunSettings) -> Trace:
     saved = {}
     for layers in (1, 2):
-        one = replace(spec, n_layers=layers)
+        # a short model: its MoE layers counted no further than its layers (the trace builds
+        # the model from the config, which says which layers have experts)
+        one = replace(spec, n_layers=layers, moe_layers=min(spec.moe_layers, layers))
         for length in TRACED_LENGTHS:
             saved[layers, length] = _saved_bytes(one, replace(settings, seq_len=length))
     short, long = TRACED_LENGTHS

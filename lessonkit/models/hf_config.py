@@ -24,7 +24,19 @@ from ..safe_repr import short_repr, short_str
 # leaves out), with what sets each apart from Llama: QK norm (qwen3, gemma3_text, olmo2),
 # norms after each sublayer (olmo2, gemma3_text), fused projections (phi3), layers without
 # rotary (smollm3), multipliers (granite).
-CONFIG_CLASS_FAMILIES = ("qwen3", "gemma3_text", "phi3", "olmo2", "smollm3", "granite")
+CONFIG_CLASS_FAMILIES = (
+    "qwen3",
+    "gemma3_text",
+    "phi3",
+    "olmo2",
+    "smollm3",
+    "granite",
+    "qwen3_moe",
+    "mixtral",
+)
+# Families with experts in every decoder layer (models/experts.py); a qwen3_moe config with
+# dense layers among them is traced.
+MOE_FAMILIES = ("qwen3_moe", "mixtral")
 FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gemma2", "gpt2", *CONFIG_CLASS_FAMILIES)
 # What spec.extra keeps of these configs, to build the same model again.
 _EXTRA_FIELDS = (
@@ -36,6 +48,7 @@ _EXTRA_FIELDS = (
     "attention_multiplier",
     "logits_scaling",
     "no_rope_layer_interval",
+    "norm_topk_prob",
 )
 _GELU_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 # A config.json is a few kilobytes; anything this large is not one (e.g. a link to /dev/zero).
@@ -186,9 +199,21 @@ def spec_fields(data: Mapping[str, Any], name: str | None = None) -> dict[str, A
     if name is None:
         given = data.get("_name_or_path")
         name = given if isinstance(given, str) and given.strip() else str(family)
+    experts = {}
+    if family in MOE_FAMILIES:
+        from types import SimpleNamespace
+
+        from .experts import expert_fields
+
+        layers = _whole(data, "num_hidden_layers", str(family))
+        experts = expert_fields(family, SimpleNamespace(**data), layers)
+        if experts["moe_layers"] != layers:  # dense layers among the experts' ones
+            family = f"{family} with dense layers"
     if not isinstance(family, str) or family not in FAMILIES:
         from .traced import traced_fields
 
+        if family not in FAMILIES and experts:
+            family = data.get("model_type")
         return traced_fields(family, data, name, FAMILIES)
     if family == "gpt2":
         hidden = _whole(data, "n_embd", family, 768)
@@ -242,6 +267,7 @@ def spec_fields(data: Mapping[str, Any], name: str | None = None) -> dict[str, A
         mlp_bias=_flag(data, "mlp_bias", family, False),
         hidden_act=_text(data, ("hidden_act", "hidden_activation"), family, "silu"),
         extra={k: data[k] for k in _EXTRA_FIELDS if data.get(k) is not None},
+        **experts,
     )
 
 
@@ -309,6 +335,20 @@ def hf_config_from_spec(spec: Any) -> Any:
             fields.update(mlp_bias=spec.mlp_bias)
         if spec.family == "phi3":
             fields.pop("head_dim")
+        if spec.family == "qwen3_moe":
+            fields.update(
+                num_experts=spec.n_experts,
+                num_experts_per_tok=spec.experts_per_token,
+                moe_intermediate_size=spec.expert_intermediate_size,
+                decoder_sparse_step=1,
+                mlp_only_layers=[],
+            )
+        if spec.family == "mixtral":
+            fields.update(
+                num_local_experts=spec.n_experts,
+                num_experts_per_tok=spec.experts_per_token,
+                intermediate_size=spec.expert_intermediate_size,
+            )
         extra = {k: v for k, v in spec.extra.items() if k in _EXTRA_FIELDS}
         # no padding token: its index (e.g. Phi-3's 32000) may lie outside a smaller vocabulary
         fields.update(pad_token_id=None, bos_token_id=None, eos_token_id=None)

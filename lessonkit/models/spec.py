@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from ..errors import LessonkitError, normalise_name, real_number, unknown_name_message
 from ..safe_repr import short_repr
 from ..units import parse_count
+from .experts import check_expert_fields, inactive_expert_params
 from .hf_config import FAMILIES, hf_config_from_spec, read_hf_config, spec_fields
 from .traced import TRACED, meta_inventory, traced_config
 
@@ -23,6 +24,9 @@ from .traced import TRACED, meta_inventory, traced_config
 LINEAR_MODULES = {
     "gpt2": ("c_attn", "c_proj", "c_fc"),
     "phi3": ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"),
+    # the experts' weights are 3D tensors, not linear layers: LoRA goes on attention
+    "qwen3_moe": ("q_proj", "k_proj", "v_proj", "o_proj"),
+    "mixtral": ("q_proj", "k_proj", "v_proj", "o_proj"),
     "default": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
 }
 # peft's default ``target_modules`` per family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
@@ -30,7 +34,7 @@ LINEAR_MODULES = {
 PEFT_DEFAULT_TARGETS = {"gpt2": ("c_attn",), "phi3": ("qkv_proj",), "default": ("q_proj", "v_proj")}
 # Families whose attention normalises q and k: per head (over head_dim) or over the whole
 # projection (OLMo 2).
-QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "projection"}
+QK_NORM = {"qwen3": "head", "qwen3_moe": "head", "gemma3_text": "head", "olmo2": "projection"}
 # The norms of a decoder layer, by where they sit: before a sublayer ("pre"), after it
 # ("post"), or both (Gemma 2 and 3).
 LAYER_NORMS = {
@@ -115,6 +119,13 @@ class ModelSpec:
     mlp_bias: bool = False
     max_positions: int = 0  # learned position embeddings (GPT-2); 0 for rotary models
     hidden_act: str = "silu"
+    # mixture of experts (0 without): experts per MoE layer, experts each token is routed to,
+    # one expert's MLP width, always-used experts, and how many layers have experts
+    n_experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate_size: int = 0
+    n_shared_experts: int = 0
+    moe_layers: int = 0
     note: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -171,6 +182,14 @@ class ModelSpec:
                     "hidden_size must be divisible by n_heads when head_dim is not given."
                 )
             object.__setattr__(self, "head_dim", self.hidden_size // self.n_heads)
+        check_expert_fields(
+            self.n_experts,
+            self.experts_per_token,
+            self.expert_intermediate_size,
+            self.n_shared_experts,
+            self.moe_layers,
+            self.n_layers,
+        )
 
     # ----- parameter counts -------------------------------------------------------------
     @property
@@ -218,6 +237,8 @@ class ModelSpec:
             "v_proj": (h, self.kv_size),
             "o_proj": (self.q_size, h),
         }
+        if self.n_experts:  # the MLP is the experts' (not linear layers)
+            return shapes
         if self.gated_mlp:
             shapes.update(gate_proj=(h, i), up_proj=(h, i), down_proj=(i, h))
         else:
@@ -304,6 +325,13 @@ class ModelSpec:
             layer = (
                 linears + biases + qk + [t for name in self.layer_norm_names for t in norm(name)]
             )
+            if self.n_experts:  # the router and every expert's weights
+                experts, width = self.n_experts, self.expert_intermediate_size
+                layer += [
+                    ParamTensor("mlp.gate.weight", (experts, h), "other"),
+                    ParamTensor("mlp.experts.gate_up_proj", (experts, 2 * width, h), "other"),
+                    ParamTensor("mlp.experts.down_proj", (experts, h, width), "other"),
+                ]
             outer = [ParamTensor("model.embed_tokens.weight", (self.vocab_size, h), "embed")]
             outer += norm("model.norm")
         if not self.tie_embeddings:
@@ -338,6 +366,21 @@ class ModelSpec:
     def n_params(self) -> int:
         """Total parameters, as ``sum(p.numel() for p in model.parameters())`` counts them."""
         return self._count("linear", "bias", "norm", "embed", "head", "other")
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token's computation uses: all of them, less the experts it is not
+        routed to (every expert's weights are still held); n_params without experts."""
+        if not self.n_experts:
+            return self.n_params
+        return self.n_params - inactive_expert_params(
+            self.hidden_size,
+            self.n_experts,
+            self.experts_per_token,
+            self.expert_intermediate_size,
+            self.moe_layers,
+            self.gated_mlp,
+        )
 
     def lora_shapes(self, targets: tuple[str, ...] | str) -> list[tuple[int, int]]:
         """Per-layer (in, out) of the linear layers that LoRA ``targets`` select."""
@@ -430,6 +473,8 @@ FAMILY_LABELS = {
     "mistral": "Mistral",
     "qwen2": "Qwen2.5",
     "qwen3": "Qwen3",
+    "qwen3_moe": "Qwen3-MoE",
+    "mixtral": "Mixtral",
     "gemma": "Gemma",
     "gemma2": "Gemma 2",
     "gemma3_text": "Gemma 3",

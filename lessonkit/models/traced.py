@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import LessonkitError
 from ..safe_repr import short_repr, short_str
+from .experts import expert_fields
 
 TRACED = "traced"
 
@@ -69,10 +70,11 @@ def traced_fields(
     kv_heads = whole("num_key_value_heads", default=heads)
     head_dim = whole("head_dim", default=max(1, hidden // heads))
     full = config.to_dict()
+    layers = whole("num_hidden_layers", "n_layer")
     return dict(
         name=name,
         family=TRACED,
-        n_layers=whole("num_hidden_layers", "n_layer"),
+        n_layers=layers,
         hidden_size=hidden,
         n_heads=heads,
         n_kv_heads=kv_heads if heads % kv_heads == 0 else heads,
@@ -80,6 +82,7 @@ def traced_fields(
         intermediate_size=whole("intermediate_size", "n_inner", default=4 * hidden),
         vocab_size=whole("vocab_size"),
         tie_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        **expert_fields(model_type, text, layers),
         note=f"{model_type}: weights, gradients and optimizer states from the model "
         "transformers builds on the meta device; activations traced on a short step.",
         extra={"model_type": model_type, "config": json.dumps(full, sort_keys=True, default=str)},

@@ -149,6 +149,21 @@ FAMILY_SPECS = {
     ),
 }
 SPECS.update(FAMILY_SPECS)
+# mixture of experts, block by block: every expert's weights, the routed experts' activations
+# (bf16: transformers' grouped-GEMM experts)
+MOE_SPECS = {
+    "qwen3_moe": _family_spec(
+        "qwen3_moe", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=128
+    ),
+    "mixtral": _family_spec("mixtral", num_local_experts=4, num_experts_per_tok=2),
+}
+SPECS.update(MOE_SPECS)
+MOE_ROWS = [
+    (family, dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing))
+    for family in MOE_SPECS
+    for method in (dict(precision="bf16"), dict(method="lora", precision="bf16"))
+    for checkpointing in (False, True)
+]
 # full, LoRA and QLoRA, with and without checkpointing, for each of them
 FAMILY_ROWS = [
     (family, dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing))
@@ -753,6 +768,7 @@ GRID = [
 
 
 GRID += FAMILY_ROWS
+GRID += MOE_ROWS
 
 
 def _id(case: tuple[str, dict]) -> str:

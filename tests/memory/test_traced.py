@@ -33,17 +33,24 @@ def _spec(model_type: str, **fields: object) -> ModelSpec:
 SPECS = {
     # LayerNorm, partial rotary
     "stablelm": _spec("stablelm"),
-    # mixture of experts (transformers 5's grouped-GEMM experts: traced and measured in bf16)
-    "mixtral": _spec("mixtral", num_local_experts=4, num_experts_per_tok=2),
+    # mixture of experts with a dense first layer (transformers 5's grouped-GEMM experts:
+    # traced and measured in bf16)
+    "qwen3_moe": _spec(
+        "qwen3_moe",
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=128,
+        mlp_only_layers=[0],
+    ),
 }
 ROWS = [
     ("stablelm", dict()),
     ("stablelm", dict(gradient_checkpointing=True)),
     ("stablelm", dict(method="lora", precision="bf16")),
     ("stablelm", dict(method="qlora", precision="bf16", gradient_checkpointing=True)),
-    ("mixtral", dict(precision="bf16")),
-    ("mixtral", dict(method="lora", precision="bf16")),
-    ("mixtral", dict(method="lora", precision="bf16", gradient_checkpointing=True)),
+    ("qwen3_moe", dict(precision="bf16")),
+    ("qwen3_moe", dict(method="lora", precision="bf16")),
+    ("qwen3_moe", dict(method="lora", precision="bf16", gradient_checkpointing=True)),
 ]
 
 

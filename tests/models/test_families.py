@@ -64,11 +64,13 @@ def test_phi3_lora_defaults_to_its_fused_attention_input() -> None:
     )
 
 
-@pytest.mark.parametrize("model_type", ["mixtral", "stablelm", "mamba"])
+@pytest.mark.parametrize("model_type", ["qwen3_moe", "stablelm", "mamba"])
 def test_a_causal_lm_lessonkit_has_no_blocks_for_is_counted_from_the_meta_model(
     model_type: str,
 ) -> None:
-    fields = dict(SMALL, num_local_experts=4) if model_type == "mixtral" else SMALL
+    # a Qwen3-MoE with a dense first layer (mlp_only_layers): traced, not read block by block
+    moe = dict(SMALL, num_experts=4, num_experts_per_tok=2, mlp_only_layers=[0])
+    fields = moe if model_type == "qwen3_moe" else SMALL
     config = transformers.AutoConfig.for_model(model_type, **fields)
     spec = ModelSpec.from_hf_config(config.to_dict() | {"model_type": model_type})
     assert spec.family == "traced" and spec.extra["model_type"] == model_type

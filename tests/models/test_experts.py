@@ -1,0 +1,132 @@
+"""Mixture-of-experts fields of ModelSpec: read from qwen3_moe and mixtral configs, counted
+against the model transformers builds on the meta device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lessonkit.errors import LessonkitError
+from lessonkit.models.spec import ModelSpec
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+SMALL = dict(
+    hidden_size=64,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=128,
+    intermediate_size=96,
+)
+CONFIGS = {
+    "qwen3_moe": dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32),
+    "qwen3_moe_dense_first": dict(
+        num_experts=6, num_experts_per_tok=3, moe_intermediate_size=40, mlp_only_layers=[0]
+    ),
+    "mixtral": dict(num_local_experts=4, num_experts_per_tok=2),
+}
+
+
+def _config(case: str) -> Any:
+    model_type = case.removesuffix("_dense_first")
+    return transformers.AutoConfig.for_model(model_type, **SMALL, **CONFIGS[case])
+
+
+def _meta_counts(config: Any) -> tuple[int, int]:
+    """All parameters of the meta model, and those a token uses: every tensor outside the
+    experts, and experts_per_token / n_experts of each experts' tensor."""
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    total = active = 0
+    for name, tensor in model.named_parameters():
+        total += tensor.numel()
+        if ".experts." in name:
+            experts = tensor.shape[0]
+            active += tensor.numel() // experts * config.num_experts_per_tok
+        else:
+            active += tensor.numel()
+    return total, active
+
+
+@pytest.mark.parametrize("case", list(CONFIGS))
+def test_experts_counted_as_the_meta_model(case: str) -> None:
+    config = _config(case)
+    spec = ModelSpec.from_hf_config(config.to_dict() | {"model_type": config.model_type})
+    total, active = _meta_counts(config)
+    assert spec.n_params == total
+    assert spec.active_params == active
+    assert spec.active_params < spec.n_params
+    assert spec.experts_per_token == config.num_experts_per_tok
+    assert spec.moe_layers == (2 if case.endswith("dense_first") else 3)
+    # experts in every layer: read block by block; dense layers among them: traced
+    assert spec.family == ("traced" if case.endswith("dense_first") else config.model_type)
+
+
+def test_fields_read_from_each_family() -> None:
+    qwen = ModelSpec.from_hf_config(_config("qwen3_moe").to_dict() | {"model_type": "qwen3_moe"})
+    assert (qwen.n_experts, qwen.expert_intermediate_size, qwen.n_shared_experts) == (8, 32, 0)
+    mixtral = ModelSpec.from_hf_config(_config("mixtral").to_dict() | {"model_type": "mixtral"})
+    # Mixtral's experts are as wide as its intermediate_size
+    assert (mixtral.n_experts, mixtral.expert_intermediate_size) == (4, 96)
+
+
+def test_dense_model_has_no_experts() -> None:
+    spec = ModelSpec("d", "llama", 2, 64, 4, 4, 128, 100)
+    assert spec.n_experts == 0
+    assert spec.active_params == spec.n_params
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (dict(n_experts=8, experts_per_token=9, expert_intermediate_size=8, moe_layers=2), "1 to"),
+        (
+            dict(n_experts=8, experts_per_token=2, expert_intermediate_size=0, moe_layers=2),
+            "expert_intermediate_size",
+        ),
+        (
+            dict(n_experts=8, experts_per_token=2, expert_intermediate_size=8, moe_layers=3),
+            "from 1",
+        ),
+        (dict(experts_per_token=2), "n_experts=0"),
+        (dict(n_experts=-1), ">= 0"),
+        (dict(n_experts="8"), ">= 0"),
+    ],
+)
+def test_bad_expert_fields_named(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(LessonkitError, match=message):
+        ModelSpec("d", "llama", 2, 64, 4, 4, 128, 100, **fields)
+
+
+def test_report_gives_total_and_active_params() -> None:
+    import lessonkit
+
+    config = _config("qwen3_moe")
+    spec = ModelSpec.from_hf_config(config.to_dict() | {"model_type": "qwen3_moe"}, name="tiny")
+    report = lessonkit.estimate(spec, batch_size=1, seq_len=16, precision="bf16")
+    assert report.to_dict()["active_params"] == spec.active_params
+    assert f"{spec.active_params / 1e9:.2f}B active" in str(report)
+    assert "active" not in str(lessonkit.estimate(ModelSpec("d", "llama", 2, 64, 4, 4, 128, 100)))
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "mixtral-8x7b"])
+def test_moe_presets_weigh_what_the_meta_model_weighs(name: str) -> None:
+    from lessonkit.models.spec import get_preset
+
+    spec = get_preset(name)
+    total, active = _meta_counts(spec.to_hf_config())
+    assert spec.n_params == total
+    assert spec.active_params == active
+    assert spec.active_params < spec.n_params / 3  # computes like a far smaller model
+
+
+def test_the_estimate_says_which_routing_it_assumes() -> None:
+    import lessonkit
+
+    report = lessonkit.estimate("qwen3-30b-a3b", method="lora", batch_size=1, seq_len=512)
+    notes = " ".join(report.assumptions)
+    assert "even routing" in notes and "3.35B active" in notes and "all 128 experts" in notes
