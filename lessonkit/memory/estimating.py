@@ -366,13 +366,13 @@ class _Step:
         self.offload_kept = p * t * h if ckpt and not full else 0
         # what goes to the host: every saved tensor outside the checkpointed layers (their
         # inputs, the embedding's indices, the head's, the loss's two fp32 [tokens, vocab]
-        # tensors) and lm_head's weight as the matmul saves it
+        # tensors) and lm_head's weight as the matmul saves it (once per chunk of a chunked loss)
         self.offloaded = (
             self.inputs
             + self.fw_layers
             + self.head_saved
             + 2 * self.logsoftmax
-            + self.compute_bytes * v * h
+            + self.compute_bytes * v * h * (s.loss_chunks if s.loss == "chunked" else 1)
             if s.activation_offload
             else 0
         )
@@ -408,8 +408,11 @@ class _Step:
             # every chunk's logits and log-softmax stay, but only one chunk's fp32 copy and,
             # in backward, one chunk's two fp32 gradients exist at a time (the largest chunk)
             chunk = s.batch_size * -(-s.seq_len // s.loss_chunks) * v
-            logits_fw = c * t * v + (4 * chunk if c != 4 else 0) + self.logsoftmax
-            logits_bw = self.logsoftmax + 8 * chunk
+            # offloaded too, the chunks' log-softmax go to the host as each is made and
+            # come back one chunk at a time in backward
+            logsoftmax = 4 * chunk if s.activation_offload else self.logsoftmax
+            logits_fw = c * t * v + (4 * chunk if c != 4 else 0) + logsoftmax
+            logits_bw = logsoftmax + 8 * chunk
         # the residual before the final norm, still held by the model's forward at the loss
         # (a chunked loss runs after the decoder has returned)
         last_hidden = 0 if s.loss == "chunked" else p * t * h

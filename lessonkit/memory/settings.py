@@ -205,11 +205,6 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
             f"loss_chunks must be at most seq_len ({s.seq_len}) so that every "
             f"chunk holds a token, got {s.loss_chunks}."
         )
-    if s.loss == "chunked" and s.activation_offload:
-        raise LessonkitError(
-            "loss='chunked' is not modelled together with activation_offload "
-            "yet: use one of them, or loss='standard' with offloading."
-        )
     if s.optimizer_in_backward and s.gradient_accumulation > 1:
         raise LessonkitError(
             "optimizer_in_backward steps each parameter as soon as its gradient is ready, so "

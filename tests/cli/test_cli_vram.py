@@ -430,10 +430,6 @@ BAD = [
         "at most seq_len",
     ),
     (
-        ["--model", "7B", "--loss", "chunked", "--gradient-checkpointing", "--activation-offload"],
-        "not modelled together with activation_offload",
-    ),
-    (
         [
             "--model",
             "7B",
@@ -550,3 +546,18 @@ def test_a_fix_that_adds_a_flag_and_drops_another_says_both() -> None:
     assert change_flags({"batch_size": 2, "gradient_accumulation": 8}) == (
         "--batch-size 2 --gradient-accumulation 8"
     )
+
+
+def test_chunked_loss_with_activation_offload(capsys) -> None:
+    """torchtune's pair: the chunked loss and activation offloading, together."""
+    args = ["--model", "llama-3.1-8b", "--method", "lora", "--batch-size", "4"]
+    args += ["--seq-len", "2048", "--gradient-checkpointing", "--json"]
+    code, out, _ = run(capsys, *args, "--loss", "chunked", "--activation-offload")
+    data = json.loads(out)
+    kw = dict(method="lora", batch_size=4, seq_len=2048, gradient_checkpointing=True)
+    expected = estimate("llama-3.1-8b", loss="chunked", activation_offload=True, **kw)
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    # offloading the chunks' log-softmax leaves less on the GPU than either saver alone
+    chunked_only = estimate("llama-3.1-8b", loss="chunked", **kw)
+    offload_only = estimate("llama-3.1-8b", activation_offload=True, **kw)
+    assert data["total_bytes"] < min(chunked_only.total_bytes, offload_only.total_bytes)

@@ -669,6 +669,42 @@ GRID = [
     ("gpt2", dict(batch_size=4, seq_len=256, loss="chunked")),
     ("llama", dict(batch_size=4, seq_len=256, loss="chunked", optimizer_in_backward=True)),
     ("llama", dict(batch_size=4, seq_len=256, loss="chunked", gradient_accumulation=2)),
+    # the chunked loss with activation offloading (torchtune turns both on): each chunk's
+    # log-softmax goes to the host as it is made, and lm_head's weight once per chunk
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            gradient_checkpointing=True,
+            activation_offload=True,
+            loss="chunked",
+        ),
+    ),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            precision="bf16",
+            gradient_checkpointing=True,
+            activation_offload=True,
+            loss="chunked",
+            loss_chunks=4,
+        ),
+    ),
+    (
+        "qwen",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="lora",
+            precision="bf16-mixed",
+            gradient_checkpointing=True,
+            activation_offload=True,
+            loss="chunked",
+        ),
+    ),
     # FSDP with no_sync (the Trainer's way under FSDP): full, unsharded gradients accumulated
     # on each GPU until the last micro-batch reduces them
     (
