@@ -32,6 +32,23 @@ MAX_RANK = 65536
 MAX_GPUS = 1024
 MAX_ACCUMULATION = 4096
 FLAGS = ("gradient_checkpointing", "offload_optimizer", "double_quant")
+# LoRA targets outside the decoder layers: the output head (a LoRA Linear) and the token
+# embeddings (peft's LoRA Embedding, where the model names them embed_tokens)
+OUTER_LORA_TARGETS = ("lm_head", "embed_tokens")
+
+
+def layer_lora_targets(targets: tuple[str, ...] | str) -> tuple[str, ...] | str:
+    """The LoRA targets inside the decoder layers: ``targets`` without lm_head/embed_tokens."""
+    if isinstance(targets, str):
+        return targets
+    return tuple(t for t in targets if t not in OUTER_LORA_TARGETS)
+
+
+def outer_lora_targets(targets: tuple[str, ...] | str) -> tuple[str, ...]:
+    """The LoRA targets outside the decoder layers (lm_head, embed_tokens) among ``targets``."""
+    if isinstance(targets, str):
+        return ()  # all-linear leaves the output head out, as peft does
+    return tuple(t for t in OUTER_LORA_TARGETS if t in targets)
 
 
 @dataclass(frozen=True)
@@ -111,6 +128,25 @@ def _targets(value: object) -> tuple[str, ...] | str | None:
     )
 
 
+def _check_outer_targets(spec: ModelSpec, outer: tuple[str, ...]) -> None:
+    if outer and spec.family == "traced":
+        raise LessonkitError(
+            f"LoRA on {', '.join(outer)} is modelled for the named families only, not for a "
+            f"traced model: use its decoder layers' linear layers as targets."
+        )
+    if outer and spec.tie_embeddings:
+        raise LessonkitError(
+            f"LoRA on {', '.join(outer)} is modelled for models with an untied output head "
+            f"only; {spec.name} ties lm_head to its embeddings: use the decoder layers' "
+            f"targets, or a model with tie_embeddings=False."
+        )
+    if "embed_tokens" in outer and spec.family == "gpt2":
+        raise LessonkitError(
+            "gpt2 names its token embeddings wte, not embed_tokens; LoRA on them is not "
+            "modelled: use lm_head or the decoder layers' targets (c_attn, c_proj, c_fc)."
+        )
+
+
 def _probability(value: object, what: str) -> float:
     number = real_number(value)
     if number is None or not 0 <= number < 1:
@@ -179,7 +215,8 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
         no_sync=_flag(kw.get("no_sync", False), "no_sync"),
     )
     if s.method != "full":
-        spec.lora_shapes(s.lora_targets)  # raises, naming the targets this model has
+        spec.lora_shapes(layer_lora_targets(s.lora_targets))  # raises, naming what it has
+        _check_outer_targets(spec, outer_lora_targets(s.lora_targets))
         if s.lora_rank > spec.hidden_size:
             raise LessonkitError(
                 f"lora_rank must be at most the hidden size of {spec.name} "
