@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..errors import LessonkitError, choose, positive_int, real_number
-from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec
+from ..errors import LessonkitError, choose, positive_int, real_number, unknown_name_message
+from ..models.spec import DEFAULT_LORA_TARGETS, LINEAR_MODULES, ModelSpec
 from ..options import (
     ATTENTION,
     BNB_BEHAVIOURS,
@@ -128,6 +128,31 @@ def _targets(value: object) -> tuple[str, ...] | str | None:
     )
 
 
+def _check_layer_targets(spec: ModelSpec, targets: tuple[str, ...] | str) -> None:
+    """Raise for an unknown target, naming the ones this model has (lm_head and
+    embed_tokens among them where LoRA on them is modelled)."""
+    if isinstance(targets, str) or spec.family == "traced" or spec.tie_embeddings:
+        spec.lora_shapes(targets)  # raises, naming the targets this model has
+        return
+    own = LINEAR_MODULES.get(spec.family, LINEAR_MODULES["default"])
+    names = dict.fromkeys((*own, *(name for names in LINEAR_MODULES.values() for name in names)))
+    for target in targets:
+        if target not in names or not _layer_target(spec, target):
+            outer = OUTER_LORA_TARGETS if spec.family != "gpt2" else ("lm_head",)
+            allowed = (*(n for n in names if _layer_target(spec, n)), *outer, "all-linear")
+            raise LessonkitError(
+                unknown_name_message(target, allowed, f"LoRA target for {spec.family}")
+            )
+
+
+def _layer_target(spec: ModelSpec, name: str) -> bool:
+    try:
+        spec.lora_shapes((name,))
+    except LessonkitError:
+        return False
+    return True
+
+
 def _check_outer_targets(spec: ModelSpec, outer: tuple[str, ...]) -> None:
     if outer and spec.family == "traced":
         raise LessonkitError(
@@ -215,7 +240,7 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
         no_sync=_flag(kw.get("no_sync", False), "no_sync"),
     )
     if s.method != "full":
-        spec.lora_shapes(layer_lora_targets(s.lora_targets))  # raises, naming what it has
+        _check_layer_targets(spec, layer_lora_targets(s.lora_targets))
         _check_outer_targets(spec, outer_lora_targets(s.lora_targets))
         if s.lora_rank > spec.hidden_size:
             raise LessonkitError(

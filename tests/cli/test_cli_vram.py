@@ -561,3 +561,15 @@ def test_chunked_loss_with_activation_offload(capsys) -> None:
     chunked_only = estimate("llama-3.1-8b", loss="chunked", **kw)
     offload_only = estimate("llama-3.1-8b", activation_offload=True, **kw)
     assert data["total_bytes"] < min(chunked_only.total_bytes, offload_only.total_bytes)
+
+
+def test_lora_on_the_output_head_reaches_the_estimate(capsys) -> None:
+    """LitGPT's lora_head: --lora-targets names lm_head beside the layers' modules."""
+    args = ["--model", "llama-2-7b", "--method", "lora", "--json"]
+    code, out, _ = run(capsys, *args, "--lora-targets", "q_proj,v_proj,lm_head")
+    data = json.loads(out)
+    expected = estimate("llama-2-7b", method="lora", lora_targets=("q_proj", "v_proj", "lm_head"))
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    assert data["settings"]["lora_targets"] == ["q_proj", "v_proj", "lm_head"]
+    without = estimate("llama-2-7b", method="lora", lora_targets=("q_proj", "v_proj"))
+    assert data["total_bytes"] > without.total_bytes
