@@ -95,7 +95,9 @@ def estimate(
     ``model`` is a preset name ("llama-2-7b"), a size ("7B", 7e9), a ModelSpec or a Hugging
     Face config dict. ``precision`` defaults to the method's usual precision
     (``settings.usual_precision``: "bf16-mixed" for full fine-tuning, "bf16" for LoRA and QLoRA),
-    as everywhere in lessonkit. Returns a MemoryReport with the breakdown at the peak, the peak
+    as everywhere in lessonkit. ``lora_targets`` may add "lm_head" (an untied output head, as
+    LitGPT's lora_head) and "embed_tokens" (peft's LoRA Embedding) to the layers' modules.
+    Returns a MemoryReport with the breakdown at the peak, the peak
     of each phase and the assumptions made, in words.
     """
     spec = resolve_model(model)
