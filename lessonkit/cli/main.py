@@ -100,7 +100,8 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
         "--lora-targets",
         default=None,
         help="comma-separated module names, or all-linear (default: peft's "
-        "default for the model: q_proj,v_proj; c_attn on GPT-2)",
+        "default for the model: q_proj,v_proj; c_attn on GPT-2); lm_head and "
+        "embed_tokens put LoRA on an untied output head and the token embeddings",
     )
     parser.add_argument("--lora-dtype", default="fp32", help=f"one of {', '.join(LORA_DTYPES)}")
     parser.add_argument(

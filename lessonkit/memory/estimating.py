@@ -28,7 +28,7 @@ from . import activations as acts
 from . import layers, step_notes, zero3
 from . import optimizers as opt
 from .report import MemoryReport
-from .settings import RunSettings, validate_run
+from .settings import RunSettings, layer_lora_targets, outer_lora_targets, validate_run
 from .step_notes import cuda_constants
 
 GPT2_DROPOUT = 0.1  # transformers' GPT2Config default for resid/embd/attn dropout
@@ -95,7 +95,9 @@ def estimate(
     ``model`` is a preset name ("llama-2-7b"), a size ("7B", 7e9), a ModelSpec or a Hugging
     Face config dict. ``precision`` defaults to the method's usual precision
     (``settings.usual_precision``: "bf16-mixed" for full fine-tuning, "bf16" for LoRA and QLoRA),
-    as everywhere in lessonkit. Returns a MemoryReport with the breakdown at the peak, the peak
+    as everywhere in lessonkit. ``lora_targets`` may add "lm_head" (an untied output head, as
+    LitGPT's lora_head) and "embed_tokens" (peft's LoRA Embedding) to the layers' modules.
+    Returns a MemoryReport with the breakdown at the peak, the peak
     of each phase and the assumptions made, in words.
     """
     spec = resolve_model(model)
@@ -174,11 +176,21 @@ class _Step:
         ]
         if lora:  # a traced model's shapes are every layer's, its tensors outer ones
             adapters = root_params if spec.family == "traced" else layer_params
-            for n_in, n_out in spec.lora_shapes(s.lora_targets):
+            for n_in, n_out in spec.lora_shapes(layer_lora_targets(s.lora_targets)):
                 adapters += [
                     ((s.lora_rank, n_in), self.adapter_bytes, True),
                     ((n_out, s.lora_rank), self.adapter_bytes, True),
                 ]
+            # outside the layers: lm_head's A [r, hidden] and B [vocab, r]; peft's LoRA
+            # Embedding's A [r, vocab] and B [hidden, r]
+            outer = outer_lora_targets(s.lora_targets)
+            r, h, v = s.lora_rank, spec.hidden_size, spec.vocab_size
+            outer_shapes: list[tuple[int, ...]] = []
+            if "lm_head" in outer:
+                outer_shapes += [(r, h), (v, r)]
+            if "embed_tokens" in outer:
+                outer_shapes += [(r, v), (h, r)]
+            root_params += [(shape, self.adapter_bytes, True) for shape in outer_shapes]
 
         # weights on this GPU, and (shape, count) of the trainable tensors
         weights = _buffer_bytes(spec, self.stored_bytes)
@@ -282,6 +294,7 @@ class _Step:
             self.gather = self.fsdp["root_params"] + self.fsdp["layer_flat"]
 
         # activations
+        self.embed_lora = lora and "embed_tokens" in outer_lora_targets(s.lora_targets)
         targets = (
             frozenset(k.split(".")[-1] for k in spec.linear_shapes())
             if s.lora_targets == "all-linear"
@@ -322,7 +335,8 @@ class _Step:
             first = other = self._traced_layer()
         else:
             layer = layers.decoder_layer(spec)
-            first_grad = full or ckpt  # checkpointing with LoRA makes the inputs require grad
+            # checkpointing with LoRA makes the inputs require grad, as LoRA on the embeddings does
+            first_grad = full or ckpt or self.embed_lora
             first = layer.saved(spec, ctx, 0, first_grad)
             other = layer.saved(spec, ctx, 1, True)
         rope = sum(b for k, b in other.items.items() if k.startswith("rope."))
@@ -333,6 +347,8 @@ class _Step:
         self.first_layer, self.other_layer = first, other
         self.rope = rope
         self.embed_saved = layers.Embeddings().saved_bytes(spec, ctx, ckpt)
+        if self.embed_lora:  # peft's LoRA Embedding: B's matmul saves A's rank-r output
+            self.embed_saved += ctx.adapter_bytes * t * ctx.lora_rank
         # the head: final norm, lm_head, log-softmax (fp32) and the targets
         head = layers.Head().saved(spec, ctx)
         if spec.family == "traced":
@@ -366,13 +382,13 @@ class _Step:
         self.offload_kept = p * t * h if ckpt and not full else 0
         # what goes to the host: every saved tensor outside the checkpointed layers (their
         # inputs, the embedding's indices, the head's, the loss's two fp32 [tokens, vocab]
-        # tensors) and lm_head's weight as the matmul saves it
+        # tensors) and lm_head's weight as the matmul saves it (once per chunk of a chunked loss)
         self.offloaded = (
             self.inputs
             + self.fw_layers
             + self.head_saved
             + 2 * self.logsoftmax
-            + self.compute_bytes * v * h
+            + self.compute_bytes * v * h * (s.loss_chunks if s.loss == "chunked" else 1)
             if s.activation_offload
             else 0
         )
@@ -408,8 +424,11 @@ class _Step:
             # every chunk's logits and log-softmax stay, but only one chunk's fp32 copy and,
             # in backward, one chunk's two fp32 gradients exist at a time (the largest chunk)
             chunk = s.batch_size * -(-s.seq_len // s.loss_chunks) * v
-            logits_fw = c * t * v + (4 * chunk if c != 4 else 0) + self.logsoftmax
-            logits_bw = self.logsoftmax + 8 * chunk
+            # offloaded too, the chunks' log-softmax go to the host as each is made and
+            # come back one chunk at a time in backward
+            logsoftmax = 4 * chunk if s.activation_offload else self.logsoftmax
+            logits_fw = c * t * v + (4 * chunk if c != 4 else 0) + logsoftmax
+            logits_bw = logsoftmax + 8 * chunk
         # the residual before the final norm, still held by the model's forward at the loss
         # (a chunked loss runs after the decoder has returned)
         last_hidden = 0 if s.loss == "chunked" else p * t * h

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..errors import LessonkitError, choose, positive_int, real_number
-from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec
+from ..errors import LessonkitError, choose, positive_int, real_number, unknown_name_message
+from ..models.spec import DEFAULT_LORA_TARGETS, LINEAR_MODULES, ModelSpec
 from ..options import (
     ATTENTION,
     BNB_BEHAVIOURS,
@@ -32,6 +32,23 @@ MAX_RANK = 65536
 MAX_GPUS = 1024
 MAX_ACCUMULATION = 4096
 FLAGS = ("gradient_checkpointing", "offload_optimizer", "double_quant")
+# LoRA targets outside the decoder layers: the output head (a LoRA Linear) and the token
+# embeddings (peft's LoRA Embedding, where the model names them embed_tokens)
+OUTER_LORA_TARGETS = ("lm_head", "embed_tokens")
+
+
+def layer_lora_targets(targets: tuple[str, ...] | str) -> tuple[str, ...] | str:
+    """The LoRA targets inside the decoder layers: ``targets`` without lm_head/embed_tokens."""
+    if isinstance(targets, str):
+        return targets
+    return tuple(t for t in targets if t not in OUTER_LORA_TARGETS)
+
+
+def outer_lora_targets(targets: tuple[str, ...] | str) -> tuple[str, ...]:
+    """The LoRA targets outside the decoder layers (lm_head, embed_tokens) among ``targets``."""
+    if isinstance(targets, str):
+        return ()  # all-linear leaves the output head out, as peft does
+    return tuple(t for t in OUTER_LORA_TARGETS if t in targets)
 
 
 @dataclass(frozen=True)
@@ -111,6 +128,50 @@ def _targets(value: object) -> tuple[str, ...] | str | None:
     )
 
 
+def _check_layer_targets(spec: ModelSpec, targets: tuple[str, ...] | str) -> None:
+    """Raise for an unknown target, naming the ones this model has (lm_head and
+    embed_tokens among them where LoRA on them is modelled)."""
+    if isinstance(targets, str) or spec.family == "traced" or spec.tie_embeddings:
+        spec.lora_shapes(targets)  # raises, naming the targets this model has
+        return
+    own = LINEAR_MODULES.get(spec.family, LINEAR_MODULES["default"])
+    names = dict.fromkeys((*own, *(name for names in LINEAR_MODULES.values() for name in names)))
+    for target in targets:
+        if target not in names or not _layer_target(spec, target):
+            outer = OUTER_LORA_TARGETS if spec.family != "gpt2" else ("lm_head",)
+            allowed = (*(n for n in names if _layer_target(spec, n)), *outer, "all-linear")
+            raise LessonkitError(
+                unknown_name_message(target, allowed, f"LoRA target for {spec.family}")
+            )
+
+
+def _layer_target(spec: ModelSpec, name: str) -> bool:
+    try:
+        spec.lora_shapes((name,))
+    except LessonkitError:
+        return False
+    return True
+
+
+def _check_outer_targets(spec: ModelSpec, outer: tuple[str, ...]) -> None:
+    if outer and spec.family == "traced":
+        raise LessonkitError(
+            f"LoRA on {', '.join(outer)} is modelled for the named families only, not for a "
+            f"traced model: use its decoder layers' linear layers as targets."
+        )
+    if outer and spec.tie_embeddings:
+        raise LessonkitError(
+            f"LoRA on {', '.join(outer)} is modelled for models with an untied output head "
+            f"only; {spec.name} ties lm_head to its embeddings: use the decoder layers' "
+            f"targets, or a model with tie_embeddings=False."
+        )
+    if "embed_tokens" in outer and spec.family == "gpt2":
+        raise LessonkitError(
+            "gpt2 names its token embeddings wte, not embed_tokens; LoRA on them is not "
+            "modelled: use lm_head or the decoder layers' targets (c_attn, c_proj, c_fc)."
+        )
+
+
 def _probability(value: object, what: str) -> float:
     number = real_number(value)
     if number is None or not 0 <= number < 1:
@@ -179,7 +240,8 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
         no_sync=_flag(kw.get("no_sync", False), "no_sync"),
     )
     if s.method != "full":
-        spec.lora_shapes(s.lora_targets)  # raises, naming the targets this model has
+        _check_layer_targets(spec, layer_lora_targets(s.lora_targets))
+        _check_outer_targets(spec, outer_lora_targets(s.lora_targets))
         if s.lora_rank > spec.hidden_size:
             raise LessonkitError(
                 f"lora_rank must be at most the hidden size of {spec.name} "
@@ -205,16 +267,17 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
             f"loss_chunks must be at most seq_len ({s.seq_len}) so that every "
             f"chunk holds a token, got {s.loss_chunks}."
         )
-    if s.loss == "chunked" and s.activation_offload:
-        raise LessonkitError(
-            "loss='chunked' is not modelled together with activation_offload "
-            "yet: use one of them, or loss='standard' with offloading."
-        )
     if s.optimizer_in_backward and s.gradient_accumulation > 1:
         raise LessonkitError(
             "optimizer_in_backward steps each parameter as soon as its gradient is ready, so "
             "there is nothing to accumulate: it needs gradient_accumulation=1 (got "
             f"{s.gradient_accumulation}), or set optimizer_in_backward=False."
+        )
+    if s.loss == "chunked" and s.activation_offload and s.method != "full" and not s.mixed:
+        raise LessonkitError(
+            f"loss='chunked' together with activation_offload is modelled for full fine-tuning "
+            f"and for LoRA/QLoRA under a '-mixed' precision; with {s.method} in "
+            f"{s.precision} not yet: use precision='bf16-mixed', or one of the two savers."
         )
     if s.optimizer_in_backward and (s.n_gpus > 1 or s.offload_optimizer):
         raise LessonkitError(

@@ -430,10 +430,6 @@ BAD = [
         "at most seq_len",
     ),
     (
-        ["--model", "7B", "--loss", "chunked", "--gradient-checkpointing", "--activation-offload"],
-        "not modelled together with activation_offload",
-    ),
-    (
         [
             "--model",
             "7B",
@@ -550,3 +546,31 @@ def test_a_fix_that_adds_a_flag_and_drops_another_says_both() -> None:
     assert change_flags({"batch_size": 2, "gradient_accumulation": 8}) == (
         "--batch-size 2 --gradient-accumulation 8"
     )
+
+
+def test_chunked_loss_with_activation_offload(capsys) -> None:
+    """torchtune's pair: the chunked loss and activation offloading, together."""
+    args = ["--model", "llama-3.1-8b", "--method", "lora", "--precision", "bf16-mixed"]
+    args += ["--batch-size", "4", "--seq-len", "2048", "--gradient-checkpointing", "--json"]
+    code, out, _ = run(capsys, *args, "--loss", "chunked", "--activation-offload")
+    data = json.loads(out)
+    kw = dict(method="lora", precision="bf16-mixed", batch_size=4, seq_len=2048)
+    kw |= dict(gradient_checkpointing=True)
+    expected = estimate("llama-3.1-8b", loss="chunked", activation_offload=True, **kw)
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    # offloading the chunks' log-softmax leaves less on the GPU than either saver alone
+    chunked_only = estimate("llama-3.1-8b", loss="chunked", **kw)
+    offload_only = estimate("llama-3.1-8b", activation_offload=True, **kw)
+    assert data["total_bytes"] < min(chunked_only.total_bytes, offload_only.total_bytes)
+
+
+def test_lora_on_the_output_head_reaches_the_estimate(capsys) -> None:
+    """LitGPT's lora_head: --lora-targets names lm_head beside the layers' modules."""
+    args = ["--model", "llama-2-7b", "--method", "lora", "--json"]
+    code, out, _ = run(capsys, *args, "--lora-targets", "q_proj,v_proj,lm_head")
+    data = json.loads(out)
+    expected = estimate("llama-2-7b", method="lora", lora_targets=("q_proj", "v_proj", "lm_head"))
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    assert data["settings"]["lora_targets"] == ["q_proj", "v_proj", "lm_head"]
+    without = estimate("llama-2-7b", method="lora", lora_targets=("q_proj", "v_proj"))
+    assert data["total_bytes"] > without.total_bytes

@@ -684,6 +684,109 @@ GRID = [
     ("gpt2", dict(batch_size=4, seq_len=256, loss="chunked")),
     ("llama", dict(batch_size=4, seq_len=256, loss="chunked", optimizer_in_backward=True)),
     ("llama", dict(batch_size=4, seq_len=256, loss="chunked", gradient_accumulation=2)),
+    # LoRA outside the decoder layers: on the output head (LitGPT's lora_head) its A takes
+    # the last hidden state and the logits get a gradient path through B; on the embeddings
+    # (peft's LoRA Embedding) the first layer's input needs a gradient
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="lora",
+            precision="bf16",
+            lora_targets=["q_proj", "v_proj", "lm_head"],
+        ),
+    ),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="lora",
+            precision="bf16",
+            lora_targets=["q_proj", "v_proj", "embed_tokens"],
+        ),
+    ),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="lora",
+            precision="bf16-mixed",
+            lora_targets=["q_proj", "v_proj", "embed_tokens", "lm_head"],
+        ),
+    ),
+    (
+        "qwen",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="qlora",
+            precision="bf16",
+            gradient_checkpointing=True,
+            lora_targets=["q_proj", "v_proj", "lm_head"],
+        ),
+    ),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="lora",
+            precision="bf16-mixed",
+            loss="chunked",
+            lora_targets=["q_proj", "v_proj", "lm_head"],
+        ),
+    ),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="lora",
+            precision="bf16",
+            gradient_checkpointing=True,
+            activation_offload=True,
+            lora_targets=["q_proj", "v_proj", "lm_head"],
+        ),
+    ),
+    # the chunked loss with activation offloading (torchtune turns both on): each chunk's
+    # log-softmax goes to the host as it is made, and lm_head's weight once per chunk
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            gradient_checkpointing=True,
+            activation_offload=True,
+            loss="chunked",
+        ),
+    ),
+    (
+        "llama",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            precision="bf16",
+            gradient_checkpointing=True,
+            activation_offload=True,
+            loss="chunked",
+            loss_chunks=4,
+        ),
+    ),
+    (
+        "qwen",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            method="lora",
+            precision="bf16-mixed",
+            gradient_checkpointing=True,
+            activation_offload=True,
+            loss="chunked",
+        ),
+    ),
     # FSDP with no_sync (the Trainer's way under FSDP): full, unsharded gradients accumulated
     # on each GPU until the last micro-batch reduces them
     (

@@ -294,6 +294,19 @@ BAD = [
     (dict(model="gpt2", method="lora", lora_targets=("q_proj", "v_proj")), "LoRA target for gpt2"),
     (dict(model="gpt2", method="lora", lora_targets="q_proj"), "lora_targets must be a list"),
     (dict(model="7B", method="lora", lora_targets=()), "lora_targets"),
+    (
+        dict(
+            model="7B",
+            method="lora",
+            loss="chunked",
+            activation_offload=True,
+            gradient_checkpointing=True,
+        ),
+        "under a '-mixed' precision",
+    ),
+    (dict(model="gpt2", method="lora", lora_targets=("c_attn", "lm_head")), "untied output head"),
+    (dict(model="llama-3.2-1b", method="lora", lora_targets=("lm_head",)), "ties lm_head"),
+    (dict(model="7B", method="lora", lora_targets=("q_proj", "lm_hed")), "Did you mean"),
     (dict(model="7B", zero_stage=4), "zero_stage must be one of 0, 1, 2, 3"),
     (dict(model="7B", zero_stage=True), "zero_stage"),
     (dict(model="7B", n_gpus=0), "n_gpus must be >= 1"),
@@ -418,3 +431,21 @@ def test_zero2_gradients_are_whole_bytes_on_an_odd_gpu_count() -> None:
     grads = r.settings["estimated"]["gradient_bytes"]
     assert r.breakdown["gradients"] <= grads
     assert all(isinstance(v, int) for v in r.phase_peaks.values())
+
+
+def test_lora_on_the_head_and_embeddings_adds_their_adapters() -> None:
+    """LitGPT's lora_head and peft's LoRA Embedding: rank x (in + out) each, outside the layers."""
+    spec = lessonkit.resolve_model("llama-2-7b")
+    kw = dict(method="lora", batch_size=1, seq_len=512)
+    base = lessonkit.estimate(spec, lora_targets=("q_proj", "v_proj"), **kw)
+    both = lessonkit.estimate(
+        spec, lora_targets=("q_proj", "v_proj", "lm_head", "embed_tokens"), **kw
+    )
+    trained = both.settings["estimated"]["trainable_parameters"]
+    added = trained - base.settings["estimated"]["trainable_parameters"]
+    assert added == 2 * 16 * (spec.hidden_size + spec.vocab_size)
+    # fp32 adapters: their gradients and two AdamW states grow by the same count
+    grads = (
+        both.settings["estimated"]["gradient_bytes"] - base.settings["estimated"]["gradient_bytes"]
+    )
+    assert grads == 4 * added
