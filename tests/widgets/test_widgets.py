@@ -975,6 +975,20 @@ def test_activation_offload_gives_way_to_the_chunked_loss_and_zero_3():
     check_vram_state(explorer)
 
 
+def test_activation_offload_and_the_chunked_loss_together_where_they_are_modelled():
+    # full fine-tuning, and LoRA under bf16-mixed, take both savers as torchtune's recipes do
+    for kw in (dict(method="full"), dict(method="lora", precision="bf16-mixed")):
+        explorer = widgets.vram_explorer(
+            "7B", gradient_checkpointing=True, activation_offload=True, **kw
+        )
+        c = explorer.controls
+        c["loss"].value = "chunked"
+        assert explorer.error is None and c["activation_offload"].value, kw
+        assert not c["activation_offload"].disabled
+        assert explorer.report.settings["loss"] == "chunked"
+        check_vram_state(explorer)
+
+
 def test_optimizer_in_backward_is_greyed_where_estimate_refuses_it():
     explorer = widgets.vram_explorer("7B", optimizer_in_backward=True)
     c = explorer.controls
@@ -1100,7 +1114,9 @@ def test_the_longest_chart_titles_stay_on_the_figure():
             r"\(needs checkpointing\).*gradient_checkpointing=True",
         ),
         (
-            dict(activation_offload=True, gradient_checkpointing=True, loss="chunked"),
+            dict(
+                activation_offload=True, gradient_checkpointing=True, loss="chunked", method="lora"
+            ),
             "not with chunked loss",
         ),
         (dict(optimizer_in_backward=True, n_gpus=2), r"\(one GPU only\).*n_gpus=1"),
