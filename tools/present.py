@@ -195,9 +195,10 @@ def write_dashboard(path: Path, out_dir: Path = DASHBOARDS) -> Path:
     """artifacts/presenter/NN_*.ipynb for ``path``; its path."""
     nb = nbformat.read(path, as_version=4)
     title = nb.cells[0].source.lstrip("# ").splitlines()[0]
+    board = dashboard(nb, title)  # first: a notebook without explorers leaves no folder behind
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / path.name
-    nbformat.write(dashboard(nb, title), target)
+    nbformat.write(board, target)
     return target
 
 
