@@ -9,20 +9,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from small_models import TINY_LLAMA
+
 from lessonkit.errors import LessonkitError
 from lessonkit.memory.measuring import measure, real_bitsandbytes, run_step, validate
 from lessonkit.models.spec import ModelSpec
 
-TINY = ModelSpec(
-    name="tiny-llama",
-    family="llama",
-    n_layers=2,
-    hidden_size=128,
-    n_heads=4,
-    n_kv_heads=2,
-    intermediate_size=352,
-    vocab_size=1000,
-)
+TINY = TINY_LLAMA
 TINY_GPT2 = ModelSpec(
     name="tiny-gpt2",
     family="gpt2",

@@ -108,21 +108,14 @@ def test_training_arguments_name_maps_to_the_paged_optimizer(tmp_path, optim: st
 def test_measure_finds_the_states_bitsandbytes_would_page() -> None:
     pytest.importorskip("torch")
     from lessonkit.memory.measuring import measure, real_bitsandbytes
-    from lessonkit.models.spec import ModelSpec
 
     if not real_bitsandbytes():
         pytest.skip("PagedAdamW32bit is measured with bitsandbytes itself")
-    tiny = ModelSpec(
-        name="tiny-llama",
-        family="llama",
-        n_layers=2,
-        hidden_size=128,
-        n_heads=4,
-        n_kv_heads=2,
-        intermediate_size=352,
-        vocab_size=1000,
+    from small_models import TINY_LLAMA
+
+    r = measure(
+        TINY_LLAMA, precision="bf16", optimizer="paged-adamw-32bit", batch_size=1, seq_len=16
     )
-    r = measure(tiny, precision="bf16", optimizer="paged-adamw-32bit", batch_size=1, seq_len=16)
     n = r.settings["measured"]["trainable_parameters"]
     assert r.settings["measured"]["optimizer_bytes"] == 8 * n  # fp32 states of bf16 weights
     # only the embedding and lm_head (1000 x 128 = 128,000 elements) reach 1e5 elements
