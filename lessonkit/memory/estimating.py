@@ -62,6 +62,16 @@ def _buffer_bytes(spec: ModelSpec, stored_bytes: int) -> int:
     return rotary + (stored_bytes if spec.family == "gemma3_text" else 0)
 
 
+def _kept_fp32(spec: ModelSpec) -> tuple[str, ...]:
+    """The parameters a traced model keeps in fp32 when loaded in 16 bits."""
+    if spec.family != "traced":
+        return ()
+    from ..models.traced import meta_inventory
+
+    inventory = meta_inventory(spec.extra["config"], spec.extra["model_type"], spec.n_layers)
+    return tuple(inventory["kept_fp32"])
+
+
 # ----- the estimate --------------------------------------------------------------------------
 def estimate(
     model: Any,
@@ -169,8 +179,9 @@ class _Step:
                 )
                 layer_params.append((tensor.shape, nbytes, full))
         # a traced model's tensors are all outer ones, its decoder's linear weights among them
+        kept_fp32 = _kept_fp32(spec)
         root_params = [
-            (tensor.shape, self.stored_bytes, full)
+            (tensor.shape, 4 if tensor.name in kept_fp32 else self.stored_bytes, full)
             for tensor in tensors.outer
             if not (qlora and tensor.kind == "linear")
         ]
@@ -218,6 +229,13 @@ class _Step:
         g_stage = zero if zero >= 2 else 0
         self.gradients = sum(
             grad_dtype * math.prod(local(sh, g_stage)) * count for sh, count in trainable
+        )
+        # a traced model's tensors kept in fp32 (DeepSeek-V3's router): fp32 gradients too
+        kept_trained = [
+            t.shape for t in tensors.outer if full and t.name in kept_fp32 and grad_dtype < 4
+        ]
+        self.gradients += sum(
+            (4 - grad_dtype) * math.prod(local(sh, g_stage)) for sh in kept_trained
         )
         self.buckets = grads_full if n > 1 and zero == 0 else 0  # allocated up front
         self.gradients += self.buckets
@@ -268,6 +286,10 @@ class _Step:
         # optimizer states: sharded from ZeRO-1
         shards = [(math.prod(local(sh, zero)), local(sh, zero), count) for sh, count in trainable]
         state = opt.state_bytes(s.optimizer, shards, grad_dtype, master)
+        kept_shards = [(math.prod(local(sh, zero)), local(sh, zero), 1) for sh in kept_trained]
+        state += opt.state_bytes(s.optimizer, kept_shards, 4, master) - opt.state_bytes(
+            s.optimizer, kept_shards, grad_dtype, master
+        )
         if s.optimizer == "adamw-fused":
             state += 4 * sum(count for _, count in trainable)  # step counters on the GPU
         self.offload_bytes = state if s.offload_optimizer else 0
@@ -332,7 +354,7 @@ class _Step:
         full = ctx.trains_base
         ckpt = s.gradient_checkpointing
         if spec.family == "traced":
-            first = other = self._traced_layer()
+            first, other, average = self._traced_layers()
         else:
             layer = layers.decoder_layer(spec)
             # checkpointing with LoRA makes the inputs require grad, as LoRA on the embeddings does
@@ -342,6 +364,8 @@ class _Step:
         rope = sum(b for k, b in other.items.items() if k.startswith("rope."))
         self.layer_saved = other.activations - rope
         self.layer_copies = other.weight_copies
+        if spec.family == "traced":  # the layers' totals from their kinds; moments in the largest
+            self.layer_saved, self.layer_copies = average.activations, average.weight_copies
         self.first_saved = first.activations - rope
         self.first_copies = first.weight_copies
         self.first_layer, self.other_layer = first, other
@@ -396,16 +420,21 @@ class _Step:
             self.fw_copies, self.bw_copies = (copies if full else 0), 0
             self.head_copies = self.head_copies if full else 0
 
-    def _traced_layer(self) -> acts.Saved:
-        """A traced model's decoder layer (memory/tracing.py): what it saves, scaled to the
-        step's tokens, and autocast's copies of its weights."""
-        from .tracing import traced_activations
+    def _traced_layers(self) -> tuple[acts.Saved, acts.Saved, acts.Saved]:
+        """A traced model's decoder layers (memory/tracing.py), scaled to the step's tokens:
+        the first, the kind that saves the most, and the others on average."""
+        from .tracing import LayerTrace, traced_activations
 
-        self.trace = traced_activations(self.spec, self.settings)
-        layer = acts.Saved()
-        layer.add("L.traced", int(self.trace.layer_per_token * self.ctx.tokens))
-        layer.weight_copies = int(self.trace.layer_fixed)
-        return layer
+        self.trace = trace = traced_activations(self.spec, self.settings)
+        shape = self.ctx.batch_size, self.ctx.seq_len
+
+        def saved(layer: LayerTrace) -> acts.Saved:
+            result = acts.Saved()
+            result.add("L.traced", layer.saved(*shape))
+            result.weight_copies = int(layer.fixed)
+            return result
+
+        return saved(trace.first), saved(trace.largest(*shape)), saved(trace.average())
 
     def phases(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
         spec, s, ctx = self.spec, self.settings, self.ctx

@@ -188,6 +188,10 @@ def build_model(spec: ModelSpec, settings: RunSettings, device: str) -> Any:
         with warnings.catch_warnings():  # deprecations inside peft; GPT-2's Conv1D notice
             warnings.simplefilter("ignore", FutureWarning)
             warnings.simplefilter("ignore", UserWarning)
+            # peft's patterns for the fused experts of transformers 5's weight conversion,
+            # set for every model, warn where a model has no such experts
+            warnings.filterwarnings("ignore", ".*did not match any targeted module", RuntimeWarning)
+            warnings.filterwarnings("ignore", ".*no parameter was matched", RuntimeWarning)
             model = peft.get_peft_model(model, lora, autocast_adapter_dtype=True)
         if settings.lora_dtype == "bf16":
             for name, param in model.named_parameters():

@@ -7,6 +7,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from ..models.traced import traced_experts
 from ..units import GiB
 
 
@@ -35,14 +36,28 @@ def assumptions(step: Any) -> list[str]:
     if spec.family == "traced":
         trace = step.trace
         traced_in = "" if trace.precision == s.precision else f" in {trace.precision}"
+        kinds = len(trace.kinds)
+        layers = f"{trace.layers_traced} layer{'s' if trace.layers_traced > 1 else ''}" + (
+            f", meeting its {kinds} kinds of layer" if kinds > 1 else ""
+        )
         notes.append(
             "Traced figures: the activations (each decoder layer's saved tensors and autocast's "
             "weight copies, and the embeddings' and head's) come from transformers' own "
-            f"{spec.extra.get('model_type')} model traced on a short step{traced_in} (1 and 2 "
-            "layers at the real widths, under FakeTensorMode) and scaled per layer and per "
-            "token; the first layer is taken as the others, and ZeRO-3's per-layer buffers are "
+            f"{spec.extra.get('model_type')} model traced on a short step{traced_in} (its first "
+            f"{layers}, at the real widths, under FakeTensorMode) and scaled to the batch and length; each "
+            "layer is taken as the traced one of its kind, and ZeRO-3's per-layer buffers are "
             "left out. Weights, gradients and optimizer states are exact."
         )
+        experts, per_token, _ = traced_experts(
+            spec.extra["config"], spec.extra["model_type"], spec.n_layers
+        )
+        if experts:
+            notes.append(
+                f"Mixture of experts, read from the meta model: {experts} routed experts in "
+                f"each MoE layer, all on the GPU ({spec.n_params / 1e9:.2f}B parameters); a "
+                f"token computes with {per_token} of them ({spec.active_params / 1e9:.2f}B "
+                "active)."
+            )
     if spec.n_experts and spec.family != "traced":
         notes.append(
             f"Mixture of experts: all {spec.n_experts} experts of each MoE layer are on the GPU "

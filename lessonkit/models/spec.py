@@ -18,7 +18,7 @@ from ..safe_repr import short_repr
 from ..units import parse_count
 from .experts import check_expert_fields, inactive_expert_params
 from .hf_config import FAMILIES, hf_config_from_spec, read_hf_config, spec_fields
-from .traced import TRACED, meta_inventory, traced_config
+from .traced import TRACED, meta_inventory, traced_config, traced_experts
 
 # Linear layers per family, in the names peft uses for ``target_modules``.
 LINEAR_MODULES = {
@@ -371,6 +371,11 @@ class ModelSpec:
     def active_params(self) -> int:
         """Parameters one token's computation uses: all of them, less the experts it is not
         routed to (every expert's weights are still held); n_params without experts."""
+        if self.family == TRACED:
+            _, _, unused = traced_experts(
+                self.extra["config"], self.extra["model_type"], self.n_layers
+            )
+            return self.n_params - unused
         if not self.n_experts:
             return self.n_params
         return self.n_params - inactive_expert_params(

@@ -9,6 +9,8 @@ fields in ``extra["config"]`` and its ``model_type`` in ``extra["model_type"]``.
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -143,4 +145,70 @@ def meta_inventory(config_json: str, model_type: str, n_layers: int) -> dict[str
         (name, tuple(p.shape), kinds.get(name, "other")) for name, p in model.named_parameters()
     ]
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
-    return {"tensors": tensors, "buffer_bytes": int(buffers)}
+    # what transformers keeps in fp32 when the model is loaded in 16 bits (DeepSeek-V3's router)
+    strict = tuple(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    kept_fp32 = tuple(name for name, _, _ in tensors if any(key in name for key in strict))
+    return {"tensors": tensors, "buffer_bytes": int(buffers), "kept_fp32": kept_fp32}
+
+
+# a decoder layer's parameters: "model.layers.3.mlp.experts.gate_up_proj", GPT-2's "h.3.attn"
+_LAYER_PARAMETER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.(.+)$")
+# per-layer lists of a config (sliding or full attention, dense or MoE MLP, with or without RoPE)
+PER_LAYER_KEYS = ("layer_types", "mlp_layer_types", "no_rope_layers")
+
+
+@lru_cache(maxsize=32)
+def layer_kinds(config_json: str, model_type: str, n_layers: int) -> tuple[int, ...]:
+    """For each decoder layer, the number of its kind: layers of one kind have the same
+    parameter tensors (names and shapes) and the same entries in the config's per-layer lists,
+    so they save the same tensors for backward (DeepSeek-V3's dense first layers and its MoE
+    layers are two kinds; Gemma 3's sliding and full-attention layers two more)."""
+    shapes: dict[int, list[tuple[str, tuple[int, ...]]]] = {i: [] for i in range(n_layers)}
+    for name, shape, _ in meta_inventory(config_json, model_type, n_layers)["tensors"]:
+        match = _LAYER_PARAMETER.search(name)
+        if match and int(match.group(1)) < n_layers:
+            shapes[int(match.group(1))].append((match.group(2), tuple(shape)))
+    fields = json.loads(config_json)
+    text = fields.get("text_config") if isinstance(fields.get("text_config"), dict) else fields
+    lists = [text.get(key) for key in PER_LAYER_KEYS]
+    lists = [value for value in lists if isinstance(value, list) and len(value) == n_layers]
+    signatures = [
+        (tuple(sorted(shapes[i])), tuple(str(value[i]) for value in lists)) for i in range(n_layers)
+    ]
+    numbers: dict[Any, int] = {}
+    return tuple(numbers.setdefault(signature, len(numbers)) for signature in signatures)
+
+
+# a config's number of routed experts and experts per token, under the names families use
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k")
+
+
+@lru_cache(maxsize=32)
+def traced_experts(config_json: str, model_type: str, n_layers: int) -> tuple[int, int, int]:
+    """(routed experts, experts per token, parameters a token does not use) of a traced
+    model: its routed experts' weights are the decoder layers' parameters named "experts"
+    whose first dimension is the number of experts (transformers 5's grouped 3D tensors and
+    their biases); a token uses ``per_token`` of them. (0, 0, 0) without experts."""
+    fields = json.loads(config_json)
+    text = fields.get("text_config") if isinstance(fields.get("text_config"), dict) else fields
+
+    def count(keys: tuple[str, ...]) -> int:
+        for key in keys:
+            value = text.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return 0
+
+    experts, per_token = count(EXPERT_COUNT_KEYS), count(EXPERTS_PER_TOKEN_KEYS)
+    if not experts or not per_token or per_token >= experts:
+        return 0, 0, 0
+    routed = 0
+    for name, shape, _ in meta_inventory(config_json, model_type, n_layers)["tensors"]:
+        match = _LAYER_PARAMETER.search(name)
+        part = match.group(2) if match else ""
+        if "experts." in part and "shared" not in part and len(shape) >= 2 and shape[0] == experts:
+            routed += math.prod(shape)
+    if not routed:
+        return 0, 0, 0
+    return experts, per_token, routed - routed * per_token // experts
