@@ -121,7 +121,9 @@ def _read_file(config: str | Path) -> tuple[dict[str, Any], str]:
             f"{shown} holds a JSON {_json_kind(data)}, not an object of config "
             "fields such as model_type and hidden_size."
         )
-    return data, path.parent.name or "model"
+    # a model folder's config.json is named after the folder; any other file after itself
+    name = path.parent.name if path.name == "config.json" else path.stem
+    return data, name or "model"
 
 
 def _read_regular_file(path: Path, shown: str) -> bytes:

@@ -251,3 +251,13 @@ def test_an_object_that_cannot_print_itself_is_still_a_clear_error():
 
     with pytest.raises(LessonkitError, match="got Hostile \\(unprintable\\)"):
         resolve_model(Hostile())
+
+
+def test_a_config_file_is_named_after_its_folder_or_itself(tmp_path):
+    config = json.dumps(get_preset("llama-3.2-1b").to_hf_config().to_dict())
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(config)
+    (folder / "llama-variant.json").write_text(config)
+    assert ModelSpec.from_hf_config(folder / "config.json").name == "my-llama"
+    assert ModelSpec.from_hf_config(folder / "llama-variant.json").name == "llama-variant"
