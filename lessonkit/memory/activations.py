@@ -191,6 +191,8 @@ class RMSNorm:
     module: str
     key: str
     float_output: bool = False  # Gemma 3: weighted in fp32, so the fp32 normed input is kept
+    # Gemma 3 weighs by 1 + weight, made in fp32 and kept; gpt-oss by the weight itself
+    float_scale: bool = True
 
     def parameters(self, spec: ModelSpec) -> tuple[ParamTensor, ...]:
         return _owned(spec, (f"{self.module}.",))
@@ -210,7 +212,8 @@ class RMSNorm:
             flow.element_bytes,
             normed,
         )
-        if self.float_output and flow.needs_grad:  # 1 + weight, in fp32, for the input's grad
+        if self.float_output and self.float_scale and flow.needs_grad:
+            # 1 + weight, in fp32, for the input's gradient
             saved.add(f"{name}.scale", 4 * spec.hidden_size)
         return Flow(f"{name}.out", ctx.residual_bytes, grad)
 

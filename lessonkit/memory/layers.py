@@ -27,7 +27,8 @@ from .activations import (
     linear,
     rmsnorm,
 )
-from .experts import MoEMLP
+from .attention_sinks import SinkAttention
+from .experts import BiasedMoEMLP, MoEMLP
 
 
 # ----- the decoder layer ---------------------------------------------------------------------
@@ -132,8 +133,26 @@ _LAYERS = {
 }
 
 
+GPT_OSS_LAYER = DecoderLayer(
+    (
+        Branch(
+            "x",
+            RMSNorm("input_layernorm", "n1", float_output=True, float_scale=False),
+            SinkAttention(),
+        ),
+        Branch(
+            "mid",
+            RMSNorm("post_attention_layernorm", "n2", float_output=True, float_scale=False),
+            BiasedMoEMLP(),
+        ),
+    )
+)
+
+
 def decoder_layer(spec: ModelSpec) -> DecoderLayer:
     """The blocks of one decoder layer of ``spec``'s family."""
+    if spec.family == "gpt_oss":
+        return GPT_OSS_LAYER
     if spec.family in ("qwen3_moe", "mixtral"):
         mixtral = spec.family == "mixtral"
         experts = MoEMLP(
