@@ -196,6 +196,7 @@ class ModelSpec:
             self.moe_layers,
             self.n_layers,
         )
+        self.layer_types  # noqa: B018 (checks the config's layer_types, if any)
 
     # ----- parameter counts -------------------------------------------------------------
     @property

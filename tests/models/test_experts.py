@@ -28,6 +28,8 @@ CONFIGS = {
         num_experts=6, num_experts_per_tok=3, moe_intermediate_size=40, mlp_only_layers=[0]
     ),
     "mixtral": dict(num_local_experts=4, num_experts_per_tok=2),
+    # biased router and experts, attention sinks, sliding and full attention in turn
+    "gpt_oss": dict(num_local_experts=4, num_experts_per_tok=2),
 }
 
 
@@ -72,6 +74,48 @@ def test_fields_read_from_each_family() -> None:
     mixtral = ModelSpec.from_hf_config(_config("mixtral").to_dict() | {"model_type": "mixtral"})
     # Mixtral's experts are as wide as its intermediate_size
     assert (mixtral.n_experts, mixtral.expert_intermediate_size) == (4, 96)
+
+
+def test_gpt_oss_read_from_transformers_default_config() -> None:
+    """GptOssConfig's defaults (gpt-oss-120b's shape: 36 layers, 128 experts, top 4)."""
+    config = transformers.GptOssConfig()
+    spec = ModelSpec.from_hf_config(config.to_dict())
+    assert spec.family == "gpt_oss"
+    assert (spec.n_experts, spec.experts_per_token, spec.expert_intermediate_size) == (128, 4, 2880)
+    assert spec.attention_bias == "all" and not spec.tie_embeddings
+    assert (spec.n_params, spec.active_params) == _meta_counts(config)
+    assert spec.layer_types == tuple(config.layer_types)
+    assert spec.layer_types[:2] == ("sliding_attention", "full_attention")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(num_hidden_layers=3, num_local_experts=4, num_experts_per_tok=1),
+        dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, head_dim=8),
+        dict(num_hidden_layers=4, attention_bias=False, tie_word_embeddings=True),
+        dict(num_hidden_layers=2, layer_types=["full_attention", "full_attention"]),
+    ],
+)
+def test_small_gpt_oss_configs_counted_as_the_meta_model(fields: dict[str, Any]) -> None:
+    base = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    base |= dict(vocab_size=128, intermediate_size=24, num_local_experts=6)
+    config = transformers.GptOssConfig(**(base | fields))
+    spec = ModelSpec.from_hf_config(config.to_dict())
+    assert (spec.n_params, spec.active_params) == _meta_counts(config)
+    assert spec.layer_types == tuple(config.layer_types)
+    rebuilt = spec.to_hf_config()  # what measure() builds: the same model
+    assert _meta_counts(rebuilt) == _meta_counts(config)
+    assert rebuilt.layer_types == config.layer_types
+
+
+def test_layer_types_that_do_not_fit_are_named() -> None:
+    from dataclasses import replace
+
+    spec = ModelSpec.from_hf_config(transformers.GptOssConfig(num_hidden_layers=2).to_dict())
+    for wrong in (["full_attention"], ["global", "local"], "full_attention"):
+        with pytest.raises(LessonkitError, match="layer_types must list one of"):
+            replace(spec, extra={"layer_types": wrong})
 
 
 def test_dense_model_has_no_experts() -> None:
