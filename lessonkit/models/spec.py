@@ -558,6 +558,8 @@ def get_preset(name: str) -> ModelSpec:
         raise LessonkitError(unknown_name_message(name, preset_names(), "model"))
     entry = _preset_data()[key]
     note = f"{entry['source']} (as of {entry['as_of']})"
+    if entry.get("notes"):  # what the figures assume of the checkpoint (gpt-oss's MXFP4)
+        note = f"{note}. {entry['notes']}"
     if normalise_name(name) != normalise_name(key):  # another name, not a spelling of this one
         note = f"{short_repr(name.strip())} is read as the preset {key}. {note}"
     return ModelSpec(name=key, note=note, **entry["shape"])

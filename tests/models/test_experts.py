@@ -157,7 +157,7 @@ def test_report_gives_total_and_active_params() -> None:
     assert "active" not in str(lessonkit.estimate(ModelSpec("d", "llama", 2, 64, 4, 4, 128, 100)))
 
 
-@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "mixtral-8x7b"])
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b", "gpt-oss-120b"])
 def test_moe_presets_weigh_what_the_meta_model_weighs(name: str) -> None:
     from lessonkit.models.spec import get_preset
 
@@ -174,3 +174,42 @@ def test_the_estimate_says_which_routing_it_assumes() -> None:
     report = lessonkit.estimate("qwen3-30b-a3b", method="lora", batch_size=1, seq_len=512)
     notes = " ".join(report.assumptions)
     assert "even routing" in notes and "3.35B active" in notes and "all 128 experts" in notes
+
+
+# gpt-oss's config.json on the Hub: (layers, experts), and OpenAI's published total and active
+# parameters in billions (its active figure leaves out the input embeddings)
+GPT_OSS = {"gpt-oss-20b": ((24, 32), 20.9, 3.6), "gpt-oss-120b": ((36, 128), 116.8, 5.1)}
+
+
+@pytest.mark.parametrize("name", list(GPT_OSS))
+def test_gpt_oss_presets_are_the_hub_configs(name: str) -> None:
+    from lessonkit.models.spec import get_preset
+
+    (layers, experts), total, active = GPT_OSS[name]
+    config = transformers.GptOssConfig(
+        num_hidden_layers=layers, num_local_experts=experts, num_experts_per_tok=4
+    )
+    read = ModelSpec.from_hf_config(config.to_dict())
+    spec = get_preset(name)
+    assert (spec.n_params, spec.active_params) == (read.n_params, read.active_params)
+    assert spec.layer_types == tuple(config.layer_types)  # sliding and full in turn
+    assert round(spec.n_params / 1e9, 1) == total
+    input_embeddings = spec.vocab_size * spec.hidden_size
+    assert round((spec.active_params - input_embeddings) / 1e9, 1) == active
+    assert "MXFP4" in spec.note and "dequantize=True" in spec.note
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-20b", "config"])
+def test_a_gpt_oss_estimate_says_it_counts_dequantized_bf16_experts(model: str) -> None:
+    import lessonkit
+
+    config = transformers.GptOssConfig(num_hidden_layers=2, num_local_experts=4).to_dict()
+    report = lessonkit.estimate(
+        model if model != "config" else config, method="lora", batch_size=1, seq_len=256
+    )
+    notes = " ".join(report.assumptions)
+    assert sum("MXFP4" in note for note in report.assumptions) == 1  # said once
+    assert "bf16" in notes and "dequantize=True" in notes
+    assert "Eager attention whatever attention='sdpa' asks" in notes
+    assert "no seq x seq matrix is kept" not in notes
+    assert "B active" in str(report)
