@@ -373,6 +373,7 @@ class _Step:
             # each layer keeps only its input; autocast still caches the copies of trained
             # weights until the forward ends, and nothing is saved for backward
             self.fw_layers = spec.n_layers * (p * t * h + self.legacy_bnb_inputs) + self.rope
+            self.fw_layers += layers.checkpointed_masks(spec, ctx)
             self.fw_copies, self.bw_copies = (copies if full else 0), 0
         else:
             self.fw_layers = sum(self.layers_saved) + self.rope

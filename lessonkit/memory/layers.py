@@ -211,6 +211,15 @@ def layers_saved_ends(saved: list[Saved]) -> list[int]:
     return sorted(n - 1 - index for index in ends)
 
 
+def checkpointed_masks(spec: ModelSpec, ctx: StepContext) -> int:
+    """The attention masks gradient checkpointing keeps among each layer's inputs until the
+    backward is done: gpt-oss's eager masks, one [batch, 1, seq, seq] mask in the residual
+    dtype per type of layer (sliding-window, full), shared by the layers (measured)."""
+    if spec.family != "gpt_oss":
+        return 0
+    return len(set(spec.layer_types)) * ctx.residual_bytes * ctx.batch_size * ctx.seq_len**2
+
+
 def decoder_layer(spec: ModelSpec, index: int = 0) -> DecoderLayer:
     """The blocks of decoder layer number ``index`` of ``spec``'s family."""
     if spec.family == "gemma3_text":

@@ -164,6 +164,24 @@ MOE_ROWS = [
     for method in (dict(precision="bf16"), dict(method="lora", precision="bf16"))
     for checkpointing in (False, True)
 ]
+# gpt-oss, block by block: attention sinks (eager, as it trains), biased projections, router
+# and experts (clamped SwiGLU), sliding-window (128 < 256 tokens) and full layers in turn
+GPT_OSS_SPECS = {
+    "gpt_oss": _family_spec(
+        "gpt_oss",
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        intermediate_size=128,
+        head_dim=32,
+    ),
+}
+SPECS.update(GPT_OSS_SPECS)
+GPT_OSS_ROWS = [
+    (family, dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing))
+    for family in GPT_OSS_SPECS
+    for method in (dict(precision="bf16"), dict(method="lora", precision="bf16"))
+    for checkpointing in (False, True)
+]
 # full, LoRA and QLoRA, with and without checkpointing, for each of them
 FAMILY_ROWS = [
     (family, dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing))
@@ -872,6 +890,7 @@ GRID = [
 
 GRID += FAMILY_ROWS
 GRID += MOE_ROWS
+GRID += GPT_OSS_ROWS
 
 
 def _id(case: tuple[str, dict]) -> str:

@@ -120,3 +120,25 @@ def test_the_backward_looks_inside_each_run_of_layers() -> None:
     ends = layers.layers_saved_ends([first, *rest])
     # the first layer; layers 1 and 4 (a run of sliding ones), 5 (full), 6 and 9
     assert ends == sorted(9 - index for index in (0, 1, 4, 5, 6, 9))
+
+
+def test_gpt_oss_checkpointing_keeps_one_eager_mask_per_type_of_layer() -> None:
+    """Checkpointed layers keep their inputs, the attention mask of their type among them:
+    one [batch, 1, seq, seq] bf16 mask per type, shared by the layers of that type."""
+
+    def spec(types: list[str]) -> lessonkit.ModelSpec:
+        return _family_spec(
+            "gpt_oss",
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            intermediate_size=64,
+            head_dim=32,
+            sliding_window=64,
+            layer_types=types,
+        )
+
+    one = _peaks(spec([FULL, FULL]), gradient_checkpointing=True)
+    two = _peaks(spec([SLIDING, FULL]), gradient_checkpointing=True)
+    for phase in ("forward", "backward"):
+        assert two[1][phase] - one[1][phase] == two[0][phase] - one[0][phase] == 2 * 4 * 256**2
+        assert abs(one[1][phase] / one[0][phase] - 1) < 0.01
