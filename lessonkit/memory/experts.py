@@ -1,5 +1,6 @@
-"""The mixture-of-experts MLP block (qwen3_moe, mixtral): what its weights are and what one
-forward saves for backward, as transformers 5's grouped-GEMM experts allocate it.
+"""The mixture-of-experts MLP blocks (qwen3_moe and mixtral: MoEMLP; gpt_oss, with biases and
+its clamped SwiGLU: BiasedMoEMLP): what their weights are and what one forward saves for
+backward, as transformers 5's grouped-GEMM experts allocate it.
 
 A token's hidden state goes through the router (a linear layer to one logit per expert, a
 softmax in fp32, the top-k), is copied once per chosen expert and sorted by expert

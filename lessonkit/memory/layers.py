@@ -3,7 +3,9 @@ blocks outside the layers (embeddings, head).
 
 A layer is residual branches (``Branch``): a norm before the sublayer where the family has one,
 the sublayer (attention or MLP), a norm after it where the family has one, and the residual
-addition. ``decoder_layer(spec)`` gives the layer of a spec's family.
+addition. ``decoder_layer(spec)`` gives the layer of a spec's family; ``decoder_layers(spec)``
+each layer's, of its own attention type (``spec.layer_types``: Gemma 3's sliding-window and
+full-attention layers save differently), and ``saved_by_layer`` what each saves.
 """
 
 from __future__ import annotations

@@ -179,7 +179,11 @@ SPECS.update(GPT_OSS_SPECS)
 GPT_OSS_ROWS = [
     (family, dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing))
     for family in GPT_OSS_SPECS
-    for method in (dict(precision="bf16"), dict(method="lora", precision="bf16"))
+    for method in (
+        dict(precision="bf16"),
+        dict(method="lora", precision="bf16"),
+        dict(method="qlora", precision="bf16"),  # the attention's linear layers in NF4
+    )
     for checkpointing in (False, True)
 ]
 # full, LoRA and QLoRA, with and without checkpointing, for each of them
