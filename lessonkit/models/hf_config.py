@@ -55,6 +55,8 @@ _EXTRA_FIELDS = (
     "swiglu_alpha",
     "swiglu_limit",
 )
+# Families whose estimate follows each layer's attention type (config.layer_types)
+LAYER_TYPE_FAMILIES = ("gemma3_text", "gpt_oss")
 _GELU_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 # A config.json is a few kilobytes; anything this large is not one (e.g. a link to /dev/zero).
 MAX_CONFIG_BYTES = 10 * 2**20
@@ -271,7 +273,11 @@ def spec_fields(data: Mapping[str, Any], name: str | None = None) -> dict[str, A
         attention_bias=attention_bias,
         mlp_bias=_flag(data, "mlp_bias", family, False),
         hidden_act=_text(data, ("hidden_act", "hidden_activation"), family, "silu"),
-        extra={k: data[k] for k in _EXTRA_FIELDS if data.get(k) is not None},
+        extra={
+            k: data[k]
+            for k in _EXTRA_FIELDS
+            if data.get(k) is not None and (k != "layer_types" or family in LAYER_TYPE_FAMILIES)
+        },
         **experts,
     )
 

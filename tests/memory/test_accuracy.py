@@ -186,6 +186,26 @@ GPT_OSS_ROWS = [
     )
     for checkpointing in (False, True)
 ]
+# each layer's own attention type: a Gemma 3 whose second layer is a full-attention one (its
+# SDPA keeps no mask, and it has rotary tables of its own)
+LAYER_TYPE_SPECS = {
+    "gemma3_mixed": _family_spec(
+        "gemma3_text",
+        head_dim=64,
+        sliding_window=64,
+        query_pre_attn_scalar=64,
+        layer_types=["sliding_attention", "full_attention"],
+    ),
+}
+SPECS.update(LAYER_TYPE_SPECS)
+LAYER_TYPE_ROWS = [
+    (
+        "gemma3_mixed",
+        dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing),
+    )
+    for method in ({}, dict(method="lora", precision="bf16"))
+    for checkpointing in (False, True)
+]
 # full, LoRA and QLoRA, with and without checkpointing, for each of them
 FAMILY_ROWS = [
     (family, dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing))
@@ -895,6 +915,7 @@ GRID = [
 GRID += FAMILY_ROWS
 GRID += MOE_ROWS
 GRID += GPT_OSS_ROWS
+GRID += LAYER_TYPE_ROWS
 
 
 def _id(case: tuple[str, dict]) -> str:
