@@ -66,6 +66,11 @@ def assumptions(step: Any) -> list[str]:
         )
     if spec.family == "gpt_oss":
         notes += gpt_oss_notes(s.attention, said="MXFP4" in spec.note)
+        if s.method == "qlora":
+            notes.append(
+                "QLoRA on gpt-oss: bitsandbytes quantizes the attention's linear layers only; "
+                "the experts' 3D weights (most of the model) stay in bf16."
+            )
     if spec.n_experts and spec.family != "traced":
         router = (
             "the top-k of the router's logits and their softmax"

@@ -3,6 +3,7 @@ against the model transformers builds on the meta device."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -213,3 +214,16 @@ def test_a_gpt_oss_estimate_says_it_counts_dequantized_bf16_experts(model: str) 
     assert "Eager attention whatever attention='sdpa' asks" in notes
     assert "no seq x seq matrix is kept" not in notes
     assert "B active" in str(report)
+
+
+def test_a_gpt_oss_qlora_estimate_keeps_the_experts_in_bf16() -> None:
+    import lessonkit
+    from lessonkit.models.spec import get_preset
+
+    spec = get_preset("gpt-oss-20b")
+    report = lessonkit.estimate(spec, method="qlora", batch_size=1, seq_len=256)
+    experts = sum(
+        math.prod(t.shape) for t in spec.parameter_tensors().layer if ".experts." in t.name
+    )
+    assert report.settings["estimated"]["weight_bytes"] > 2 * spec.n_layers * experts
+    assert any("experts' 3D weights" in note for note in report.assumptions)
