@@ -191,6 +191,8 @@ class RMSNorm:
     module: str
     key: str
     float_output: bool = False  # Gemma 3: weighted in fp32, so the fp32 normed input is kept
+    # Gemma 3 weighs by 1 + weight, made in fp32 and kept; gpt-oss by the weight itself
+    float_scale: bool = True
 
     def parameters(self, spec: ModelSpec) -> tuple[ParamTensor, ...]:
         return _owned(spec, (f"{self.module}.",))
@@ -210,7 +212,8 @@ class RMSNorm:
             flow.element_bytes,
             normed,
         )
-        if self.float_output and flow.needs_grad:  # 1 + weight, in fp32, for the input's grad
+        if self.float_output and self.float_scale and flow.needs_grad:
+            # 1 + weight, in fp32, for the input's gradient
             saved.add(f"{name}.scale", 4 * spec.hidden_size)
         return Flow(f"{name}.out", ctx.residual_bytes, grad)
 
@@ -319,6 +322,8 @@ class Attention:
     qk_norm: str = "none"
     float_norm: bool = False  # Gemma 3's QK norms weigh in fp32
     sliding: bool = False  # sliding-window layers (Gemma 3): a mask beyond the window
+    # which rotary tables the layer reads, where each type of layer has its own (Gemma 3)
+    rope_table: str = ""
 
     def parameters(self, spec: ModelSpec) -> tuple[ParamTensor, ...]:
         return _owned(spec, ("self_attn.",))
@@ -344,8 +349,9 @@ class Attention:
             self._qk_norms(saved, ctx, spec, prefix, any_grad)
             any_grad = any_grad or ctx.trains_base
         if any_grad:  # rotary cos/sin are made once per forward and shared by every layer
-            saved.add("rope.cos", residual * ctx.seq_len * spec.head_width)
-            saved.add("rope.sin", residual * ctx.seq_len * spec.head_width)
+            table = f"rope.{self.rope_table}." if self.rope_table else "rope."
+            saved.add(f"{table}cos", residual * ctx.seq_len * spec.head_width)
+            saved.add(f"{table}sin", residual * ctx.seq_len * spec.head_width)
         qk_bytes = max(compute, residual)  # q * cos promotes to the residual dtype
         attention_core(saved, ctx, spec, f"{prefix}.attn", qk_bytes, v_key, any_grad)
         window = spec.extra.get("sliding_window")

@@ -56,8 +56,8 @@ def _buffer_bytes(spec: ModelSpec, stored_bytes: int) -> int:
         inventory = meta_inventory(spec.extra["config"], spec.extra["model_type"], spec.n_layers)
         return int(inventory["buffer_bytes"])
     rotary = 2 * 4 * (spec.head_width // 2)  # rotary inv_freq and original_inv_freq, fp32
-    if spec.family == "gemma3_text" and spec.n_layers >= 6:
-        rotary *= 2  # one pair for the sliding-window layers, one for the global ones (every 6th)
+    if spec.family == "gemma3_text":
+        rotary *= len(set(spec.layer_types))  # a pair for each type of layer (sliding, full)
     # Gemma 3's embeddings hold their scale, sqrt(hidden_size), as a buffer of the weights' dtype
     return rotary + (stored_bytes if spec.family == "gemma3_text" else 0)
 
@@ -354,21 +354,22 @@ class _Step:
         full = ctx.trains_base
         ckpt = s.gradient_checkpointing
         if spec.family == "traced":
-            first, other, average = self._traced_layers()
+            first, rest, other, average = self._traced_layers()
         else:
-            layer = layers.decoder_layer(spec)
             # checkpointing with LoRA makes the inputs require grad, as LoRA on the embeddings does
             first_grad = full or ckpt or self.embed_lora
-            first = layer.saved(spec, ctx, 0, first_grad)
-            other = layer.saved(spec, ctx, 1, True)
-        rope = sum(b for k, b in other.items.items() if k.startswith("rope."))
-        self.layer_saved = other.activations - rope
+            rest, other, first = layers.saved_by_layer(spec, ctx, first_grad)
+        # each layer's saved tensors less the rotary tables, which every layer shares
+        self.layers_saved, rope = layers.without_rope([first, *rest])
+        self.layer_saved = layers.without_rope([other])[0][0]
         self.layer_copies = other.weight_copies
-        if spec.family == "traced":  # the layers' totals from their kinds; moments in the largest
-            self.layer_saved, self.layer_copies = average.activations, average.weight_copies
-        self.first_saved = first.activations - rope
+        if spec.family == "traced":  # autocast's copies of the layers after the first, on average
+            self.layer_copies = average.weight_copies
+        self.first_saved = self.layers_saved[0]
         self.first_copies = first.weight_copies
         self.first_layer, self.other_layer = first, other
+        self.saved_layers = [first, *rest]
+        self.backward_ends = layers.layers_saved_ends(self.saved_layers)
         self.rope = rope
         self.embed_saved = layers.Embeddings().saved_bytes(spec, ctx, ckpt)
         if self.embed_lora:  # peft's LoRA Embedding: B's matmul saves A's rank-r output
@@ -395,9 +396,10 @@ class _Step:
             # each layer keeps only its input; autocast still caches the copies of trained
             # weights until the forward ends, and nothing is saved for backward
             self.fw_layers = spec.n_layers * (p * t * h + self.legacy_bnb_inputs) + self.rope
+            self.fw_layers += layers.checkpointed_masks(spec, ctx)
             self.fw_copies, self.bw_copies = (copies if full else 0), 0
         else:
-            self.fw_layers = self.first_saved + (spec.n_layers - 1) * self.layer_saved + self.rope
+            self.fw_layers = sum(self.layers_saved) + self.rope
             self.fw_copies = self.bw_copies = copies  # saved until each layer's backward
         # activation offloading: whatever is saved for backward goes to host memory, and
         # autocast's cached copies of trained weights are all that stays until the forward ends
@@ -420,9 +422,10 @@ class _Step:
             self.fw_copies, self.bw_copies = (copies if full else 0), 0
             self.head_copies = self.head_copies if full else 0
 
-    def _traced_layers(self) -> tuple[acts.Saved, acts.Saved, acts.Saved]:
+    def _traced_layers(self) -> tuple[acts.Saved, list[acts.Saved], acts.Saved, acts.Saved]:
         """A traced model's decoder layers (memory/tracing.py), scaled to the step's tokens:
-        the first, the kind that saves the most, and the others on average."""
+        the first, each of the others (as the traced layer of its kind), the kind that saves
+        the most, and the others on average."""
         from .tracing import LayerTrace, traced_activations
 
         self.trace = trace = traced_activations(self.spec, self.settings)
@@ -434,7 +437,9 @@ class _Step:
             result.weight_copies = int(layer.fixed)
             return result
 
-        return saved(trace.first), saved(trace.largest(*shape)), saved(trace.average())
+        kinds = [saved(kind) for kind in trace.kinds]
+        rest = [kinds[kind] for kind in trace.others]
+        return saved(trace.first), rest, saved(trace.largest(*shape)), saved(trace.average())
 
     def phases(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
         spec, s, ctx = self.spec, self.settings, self.ctx
@@ -534,10 +539,13 @@ class _Step:
         kept = p * t * h + self.legacy_bnb_inputs if ckpt else self.layer_saved
         kept_copies = 0 if ckpt or s.activation_offload else self.layer_copies
         moments = []
-        for k in sorted({0, layers - 1}) if ks is None else ks:  # k layers done
-            below = self.inputs + self.embed_saved + self.fw_layers - k * kept
+        # k layers done; layers of several kinds (Gemma 3's): the first and last of each run
+        for k in self.backward_ends if ks is None else ks:
+            freed = k * kept if ckpt else sum(self.layers_saved[layers - k :])
+            below = self.inputs + self.embed_saved + self.fw_layers - freed
             if s.activation_offload:  # only the layer at work is back on the device
-                below = self.inputs + self.offload_kept + kept
+                here = kept if ckpt or k == layers - 1 else self.layers_saved[layers - 1 - k]
+                below = self.inputs + self.offload_kept + here
             if ks is not None:
                 moments.append(
                     dict(
@@ -547,7 +555,7 @@ class _Step:
                         temporaries=self.bw_copies - k * kept_copies + self.gather,
                     )
                 )
-            for extra, temps in self._inside_layer(first=k == layers - 1):
+            for extra, temps in self._inside_layer(k == layers - 1, layers - 1 - k):
                 moments.append(
                     dict(
                         static,
@@ -565,8 +573,12 @@ class _Step:
                 )
         return moments
 
-    def _inside_layer(self, first: bool) -> list[tuple[int, int]]:
+    def _inside_layer(self, first: bool, index: int | None = None) -> list[tuple[int, int]]:
+        """The highest moments inside a layer's backward: the first layer's, the layer
+        number ``index``'s, or the last layer's."""
         layer = self.first_layer if first else self.other_layer
+        if index is not None and not first:
+            layer = self.saved_layers[index]
         return acts.backward_moments(
             layer,
             self.ctx,

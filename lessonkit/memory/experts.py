@@ -1,5 +1,6 @@
-"""The mixture-of-experts MLP block (qwen3_moe, mixtral): what its weights are and what one
-forward saves for backward, as transformers 5's grouped-GEMM experts allocate it.
+"""The mixture-of-experts MLP blocks (qwen3_moe and mixtral: MoEMLP; gpt_oss, with biases and
+its clamped SwiGLU: BiasedMoEMLP): what their weights are and what one forward saves for
+backward, as transformers 5's grouped-GEMM experts allocate it.
 
 A token's hidden state goes through the router (a linear layer to one logit per expert, a
 softmax in fp32, the top-k), is copied once per chosen expert and sorted by expert
@@ -87,4 +88,56 @@ class MoEMLP:
         # the backward's own: the weighted output's gradient per row, then the grouped down's
         # input gradient and the gate and up gradients it makes
         saved.mlp_grads = compute * rows * (hidden + 3 * width)
+        return Flow(f"L{layer}.moe_out", ctx.residual_bytes, True)
+
+
+@dataclass(frozen=True)
+class BiasedMoEMLP:
+    """gpt-oss's MoE MLP: a router with a bias (top-k of its logits, then a softmax over those
+    k, in the compute dtype), and experts whose gate_up and down projections have a bias each
+    (gathered per row by expert) and whose activation is gpt-oss's clamped SwiGLU on the
+    interleaved gate and up columns: ``(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)``
+    with ``g = clamp(gate, max=limit)``; grouped-GEMM experts, as transformers 5 runs them."""
+
+    def parameters(self, spec: ModelSpec) -> tuple[ParamTensor, ...]:
+        return tuple(t for t in spec.parameter_tensors().layer if t.name.startswith("mlp."))
+
+    def forward(
+        self, saved: Saved, ctx: StepContext, spec: ModelSpec, layer: int, flow: Flow
+    ) -> Flow:
+        """Add what the block saves for backward and return its output (16-bit compute, as
+        MoEMLP)."""
+        trains = ctx.trains_base
+        if not (trains or flow.needs_grad):
+            return Flow(f"L{layer}.moe_out", ctx.residual_bytes, False)
+        tokens, hidden = ctx.tokens, spec.hidden_size
+        experts, top_k = spec.n_experts, spec.experts_per_token
+        width, compute = spec.expert_intermediate_size, ctx.compute_bytes
+        rows = tokens * top_k
+        prefix = f"L{layer}.moe"
+        if trains:  # the router's input, for its weight's gradient
+            saved.add(flow.key, compute * tokens * hidden)
+        saved.add(f"{prefix}.top_k_index", INDEX_BYTES * tokens * top_k)
+        saved.add(f"{prefix}.top_k_probs", compute * tokens * top_k)  # the softmax's output
+        saved.add(f"{prefix}.token_index", INDEX_BYTES * rows)
+        saved.add(f"{prefix}.perm", INDEX_BYTES * rows)
+        if trains:  # each row's expert, to gather the biases' gradients
+            saved.add(f"{prefix}.expert_ids", INDEX_BYTES * rows)
+        saved.add(f"{prefix}.offsets", OFFSET_BYTES * experts)
+        if trains:
+            saved.add(f"{prefix}.gathered", compute * rows * hidden)
+        saved.add(f"{prefix}.gate_up", compute * rows * 2 * width)  # both clamps' input
+        # the activation: sigmoid's output, the clamped gate, up + 1 and the gated product
+        for part in ("sigmoid", "gate", "up_plus_one", "glu"):
+            saved.add(f"{prefix}.{part}", compute * rows * width)
+        if trains:  # the grouped down's input
+            saved.add(f"{prefix}.gated", compute * rows * width)
+        before = saved.activations
+        saved.add(f"{prefix}.routing_weights", compute * rows)
+        saved.add(f"{prefix}.down_out", compute * rows * hidden)
+        saved.add(f"{prefix}.inverse_perm", INDEX_BYTES * rows)
+        saved.freed_first = saved.activations - before + (compute * rows * width if trains else 0)
+        # the backward's own: the rows' output gradient, the down's input gradient and the
+        # activation's (up + 1, glu, the clamped gate's) before the gate_up gradient
+        saved.mlp_grads = compute * rows * (hidden + 4 * width)
         return Flow(f"L{layer}.moe_out", ctx.residual_bytes, True)

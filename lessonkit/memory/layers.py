@@ -3,7 +3,9 @@ blocks outside the layers (embeddings, head).
 
 A layer is residual branches (``Branch``): a norm before the sublayer where the family has one,
 the sublayer (attention or MLP), a norm after it where the family has one, and the residual
-addition. ``decoder_layer(spec)`` gives the layer of a spec's family.
+addition. ``decoder_layer(spec)`` gives the layer of a spec's family; ``decoder_layers(spec)``
+each layer's, of its own attention type (``spec.layer_types``: Gemma 3's sliding-window and
+full-attention layers save differently), and ``saved_by_layer`` what each saves.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from .activations import (
     linear,
     rmsnorm,
 )
-from .experts import MoEMLP
+from .attention_sinks import SinkAttention
+from .experts import BiasedMoEMLP, MoEMLP
 
 
 # ----- the decoder layer ---------------------------------------------------------------------
@@ -113,12 +116,39 @@ _LAYERS = {
             Branch("mid", None, DenseMLP(), RMSNorm("post_feedforward_layernorm", "n2")),
         )
     ),
-    "gemma3_text": DecoderLayer(
+}
+
+
+GPT_OSS_LAYER = DecoderLayer(
+    (
+        Branch(
+            "x",
+            RMSNorm("input_layernorm", "n1", float_output=True, float_scale=False),
+            SinkAttention(),
+        ),
+        Branch(
+            "mid",
+            RMSNorm("post_attention_layernorm", "n2", float_output=True, float_scale=False),
+            BiasedMoEMLP(),
+        ),
+    )
+)
+
+
+def _gemma3_layer(layer_type: str) -> DecoderLayer:
+    """Gemma 3's layer: a sliding-window layer keeps its SDPA mask (beyond the window), and
+    each type of layer has rotary tables of its own."""
+    return DecoderLayer(
         (
             Branch(
                 "x",
                 RMSNorm("input_layernorm", "n1", float_output=True),
-                Attention(qk_norm="head", float_norm=True, sliding=True),
+                Attention(
+                    qk_norm="head",
+                    float_norm=True,
+                    sliding=layer_type == "sliding_attention",
+                    rope_table=layer_type,
+                ),
                 RMSNorm("post_attention_layernorm", "n1post", float_output=True),
             ),
             Branch(
@@ -128,12 +158,76 @@ _LAYERS = {
                 RMSNorm("post_feedforward_layernorm", "n2post", float_output=True),
             ),
         )
-    ),
-}
+    )
 
 
-def decoder_layer(spec: ModelSpec) -> DecoderLayer:
-    """The blocks of one decoder layer of ``spec``'s family."""
+_GEMMA3_LAYERS = {kind: _gemma3_layer(kind) for kind in ("sliding_attention", "full_attention")}
+
+
+def decoder_layers(spec: ModelSpec) -> tuple[DecoderLayer, ...]:
+    """The blocks of each decoder layer of ``spec``, in order: the family's layer, of each
+    layer's own attention type (``spec.layer_types``) where that changes what it saves
+    (Gemma 3). gpt-oss's sliding-window and full layers save the same (eager attention)."""
+    if spec.family == "gemma3_text":
+        return tuple(_GEMMA3_LAYERS[kind] for kind in spec.layer_types)
+    return (decoder_layer(spec),) * spec.n_layers
+
+
+def saved_by_layer(
+    spec: ModelSpec, ctx: StepContext, first_grad: bool
+) -> tuple[list[Saved], Saved, Saved]:
+    """What each decoder layer after the first saves (one walk per kind of layer, keyed as
+    layer 1), the last layer's (the first the backward reaches) and the first layer's (its
+    input needs a gradient only where ``first_grad``)."""
+    each = decoder_layers(spec)
+    walked: dict[DecoderLayer, Saved] = {}
+    for layer in each[1:] or each[:1]:
+        if layer not in walked:
+            walked[layer] = layer.saved(spec, ctx, 1, True)
+    rest = [walked[layer] for layer in each[1:]]
+    return rest, walked[each[-1]], each[0].saved(spec, ctx, 0, first_grad)
+
+
+def without_rope(saved: list[Saved]) -> tuple[list[int], int]:
+    """Each layer's saved bytes less the rotary tables, and the tables' bytes: each table
+    (one per kind of layer where the family has several) counted once for all layers."""
+    tables: dict[str, int] = {}
+    each = []
+    for layer in saved:
+        own = {key: nbytes for key, nbytes in layer.items.items() if key.startswith("rope.")}
+        tables.update(own)
+        each.append(layer.activations - sum(own.values()))
+    return each, sum(tables.values())
+
+
+def layers_saved_ends(saved: list[Saved]) -> list[int]:
+    """How many layers the backward has done (k) at the first and the last layer of each run
+    of layers that save the same: where the highest moment of a run lies, as activations
+    are freed and gradients made at a steady rate within it."""
+    n = len(saved)
+    kinds = [layer.items if index else None for index, layer in enumerate(saved)]
+    ends = {0, n - 1}
+    for index in range(1, n - 1):
+        if kinds[index] != kinds[index - 1] or kinds[index] != kinds[index + 1]:
+            ends.add(index)
+    return sorted(n - 1 - index for index in ends)
+
+
+def checkpointed_masks(spec: ModelSpec, ctx: StepContext) -> int:
+    """The attention masks gradient checkpointing keeps among each layer's inputs until the
+    backward is done: gpt-oss's eager masks, one [batch, 1, seq, seq] mask in the residual
+    dtype per type of layer (sliding-window, full), shared by the layers (measured)."""
+    if spec.family != "gpt_oss":
+        return 0
+    return len(set(spec.layer_types)) * ctx.residual_bytes * ctx.batch_size * ctx.seq_len**2
+
+
+def decoder_layer(spec: ModelSpec, index: int = 0) -> DecoderLayer:
+    """The blocks of decoder layer number ``index`` of ``spec``'s family."""
+    if spec.family == "gemma3_text":
+        return _GEMMA3_LAYERS[spec.layer_types[index]]
+    if spec.family == "gpt_oss":
+        return GPT_OSS_LAYER
     if spec.family in ("qwen3_moe", "mixtral"):
         mixtral = spec.family == "mixtral"
         experts = MoEMLP(

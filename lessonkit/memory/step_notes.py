@@ -27,6 +27,27 @@ def cuda_constants() -> dict[str, Any]:
     return constants
 
 
+def gpt_oss_notes(attention: str, said: bool) -> list[str]:
+    """What a gpt-oss estimate assumes of its checkpoint (unless its preset's note ``said``
+    it) and of its attention."""
+    notes = []
+    if not said:
+        notes.append(
+            "gpt-oss's experts are stored in MXFP4 on the Hub, which transformers does not "
+            "train: for training it dequantizes them to bf16 (Mxfp4Config(dequantize=True), "
+            "also its own choice without triton kernels), and the estimate counts the experts' "
+            "weights as bf16."
+        )
+    asked = "" if attention == "eager" else f" whatever attention={attention!r} asks"
+    notes.append(
+        f"Eager attention{asked}: transformers has no SDPA path for gpt-oss's attention "
+        "sinks, so each layer keeps its seq x (seq + 1) probabilities in the compute dtype "
+        "(the sinks' column included; fp32 under autocast), the same in its sliding-window "
+        "and full-attention layers."
+    )
+    return notes
+
+
 def assumptions(step: Any) -> list[str]:
     """The assumptions of an estimate, in words."""
     spec, s = step.spec, step.settings
@@ -58,19 +79,31 @@ def assumptions(step: Any) -> list[str]:
                 f"token computes with {per_token} of them ({spec.active_params / 1e9:.2f}B "
                 "active)."
             )
+    if spec.family == "gpt_oss":
+        notes += gpt_oss_notes(s.attention, said="MXFP4" in spec.note)
+        if s.method == "qlora":
+            notes.append(
+                "QLoRA on gpt-oss: bitsandbytes quantizes the attention's linear layers only; "
+                "the experts' 3D weights (most of the model) stay in bf16."
+            )
     if spec.n_experts and spec.family != "traced":
+        router = (
+            "the top-k of the router's logits and their softmax"
+            if spec.family == "gpt_oss"
+            else "the router's fp32 probabilities, the top-k indices"
+        )
         notes.append(
             f"Mixture of experts: all {spec.n_experts} experts of each MoE layer are on the GPU "
             f"({spec.n_params / 1e9:.2f}B parameters), a token computes with "
             f"{spec.experts_per_token} of them ({spec.active_params / 1e9:.2f}B active). "
-            "Activations as transformers' grouped-GEMM experts keep them: the router's fp32 "
-            "probabilities, the top-k indices, each token copied once per chosen expert, and "
+            f"Activations as transformers' grouped-GEMM experts keep them: {router}, "
+            "each token copied once per chosen expert, and "
             "the sort's permutations. The estimate assumes even routing; with the grouped "
             "GEMM these buffers have tokens x top-k rows whatever the routing, so an uneven "
             "router changes the time, not this peak (the per-expert loop of the eager "
             "experts would instead peak with the busiest expert's tokens)."
         )
-        if s.gradient_checkpointing:
+        if s.gradient_checkpointing and spec.family != "gpt_oss":  # within 1% measured
             notes.append(
                 "Approximate: with gradient checkpointing, the backward through a recomputed "
                 "MoE layer is estimated from the experts' row gradients; against measured "
@@ -176,7 +209,8 @@ def assumptions(step: Any) -> list[str]:
         "eager": "Eager attention: the seq x seq scores and probabilities are kept for "
         "every head (fp32 softmax).",
     }[s.attention]
-    notes.append(attn)
+    if spec.family != "gpt_oss":  # eager whatever is asked: said in gpt_oss_notes
+        notes.append(attn)
     if spec.family == "gpt2":
         notes.append(
             "GPT-2's dropout (0.1, transformers' default) is on: each dropout keeps "

@@ -52,6 +52,7 @@ class Trace:
 
     first: LayerTrace
     kinds: tuple[LayerTrace, ...]  # the layers after the first, a kind each (counts add up)
+    others: tuple[int, ...]  # for each layer after the first, its kind (an index in kinds)
     outside_per_token: float
     precision: str  # the precision traced (pure bf16 where the model refuses another)
     layers_traced: int
@@ -159,11 +160,13 @@ def _trace_at(spec: ModelSpec, settings: RunSettings) -> Trace:
         return LayerTrace(per_token, fixed, count, pair)
 
     counts = {kind: kinds[1:].count(kind) for kind in first_of}
+    order = list(first_of)
     low, high = TRACED_LENGTHS[0], TRACED_LENGTHS[-1]
     outside = {n: saved[n][1] - 4 * n * spec.vocab_size for n in (low, high)}
     return Trace(
         first=layer(0, 1),
         kinds=tuple(layer(i, counts[kind]) for kind, i in first_of.items()),
+        others=tuple(order.index(kind) for kind in kinds[1:]),
         outside_per_token=max(0.0, (outside[high] - outside[low]) / (high - low)),
         precision=settings.precision,
         layers_traced=traced_layers,

@@ -58,7 +58,7 @@ def fsdp_moments(
         """What decoder layer ``i`` keeps for backward (the first may keep less)."""
         if ckpt:
             return int(p * t * h)
-        return int(step.first_saved if i == 0 else step.layer_saved)
+        return int(step.layers_saved[i])
 
     def copies(i: int) -> int:
         return 0 if ckpt else (step.first_copies if i == 0 else step.layer_copies)

@@ -3,9 +3,10 @@
 qwen3_moe and mixtral keep their experts' weights as two 3D tensors per MoE layer
 (``mlp.experts.gate_up_proj`` of shape (experts, 2 x expert width, hidden) and
 ``mlp.experts.down_proj`` of shape (experts, hidden, expert width)) and a router
-(``mlp.gate.weight``, (experts, hidden)). Every expert's weights sit on the GPU; a token's
-computation passes through ``experts_per_token`` of them, which is what "active" parameters
-count.
+(``mlp.gate.weight``, (experts, hidden)); gpt_oss stores them transposed, each with a bias
+(``gate_up_proj_bias``, ``down_proj_bias``), and its router (``mlp.router``) has a bias too.
+Every expert's weights sit on the GPU; a token's computation passes through
+``experts_per_token`` of them, which is what "active" parameters count.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..safe_repr import short_repr
 MOE_CONFIG_KEYS = {
     "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
     "mixtral": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
+    "gpt_oss": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
 }
 NO_EXPERTS = {
     "n_experts": 0,
@@ -101,9 +103,17 @@ def check_expert_fields(
 
 
 def inactive_expert_params(
-    hidden: int, n_experts: int, per_token: int, width: int, moe_layers: int, gated: bool
+    hidden: int,
+    n_experts: int,
+    per_token: int,
+    width: int,
+    moe_layers: int,
+    gated: bool,
+    biased: bool = False,
 ) -> int:
-    """Parameters of the experts a token does not use: (experts - top-k) x one expert's MLP,
-    in every MoE layer."""
+    """Parameters of the experts a token does not use: (experts - top-k) x one expert's MLP
+    (with its biases where ``biased``: gpt_oss), in every MoE layer."""
     per_expert = (3 if gated else 2) * hidden * width
+    if biased:  # gate_up_proj_bias and down_proj_bias
+        per_expert += (2 if gated else 1) * width + hidden
     return moe_layers * (n_experts - per_token) * per_expert

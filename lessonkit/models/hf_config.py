@@ -33,10 +33,12 @@ CONFIG_CLASS_FAMILIES = (
     "granite",
     "qwen3_moe",
     "mixtral",
+    "gpt_oss",
 )
 # Families with experts in every decoder layer (models/experts.py); a qwen3_moe config with
-# dense layers among them is traced.
-MOE_FAMILIES = ("qwen3_moe", "mixtral")
+# dense layers among them is traced. gpt_oss: attention sinks, biased projections and experts,
+# sliding-window and full attention layers in turn (config.layer_types).
+MOE_FAMILIES = ("qwen3_moe", "mixtral", "gpt_oss")
 FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gemma2", "gpt2", *CONFIG_CLASS_FAMILIES)
 # What spec.extra keeps of these configs, to build the same model again.
 _EXTRA_FIELDS = (
@@ -49,7 +51,12 @@ _EXTRA_FIELDS = (
     "logits_scaling",
     "no_rope_layer_interval",
     "norm_topk_prob",
+    "layer_types",
+    "swiglu_alpha",
+    "swiglu_limit",
 )
+# Families whose estimate follows each layer's attention type (config.layer_types)
+LAYER_TYPE_FAMILIES = ("gemma3_text", "gpt_oss")
 _GELU_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 # A config.json is a few kilobytes; anything this large is not one (e.g. a link to /dev/zero).
 MAX_CONFIG_BYTES = 10 * 2**20
@@ -268,7 +275,11 @@ def spec_fields(data: Mapping[str, Any], name: str | None = None) -> dict[str, A
         attention_bias=attention_bias,
         mlp_bias=_flag(data, "mlp_bias", family, False),
         hidden_act=_text(data, ("hidden_act", "hidden_activation"), family, "silu"),
-        extra={k: data[k] for k in _EXTRA_FIELDS if data.get(k) is not None},
+        extra={
+            k: data[k]
+            for k in _EXTRA_FIELDS
+            if data.get(k) is not None and (k != "layer_types" or family in LAYER_TYPE_FAMILIES)
+        },
         **experts,
     )
 
@@ -344,6 +355,13 @@ def hf_config_from_spec(spec: Any) -> Any:
                 moe_intermediate_size=spec.expert_intermediate_size,
                 decoder_sparse_step=1,
                 mlp_only_layers=[],
+            )
+        if spec.family == "gpt_oss":
+            fields.update(
+                num_local_experts=spec.n_experts,
+                num_experts_per_tok=spec.experts_per_token,
+                intermediate_size=spec.expert_intermediate_size,
+                attention_bias=spec.attention_bias != "none",
             )
         if spec.family == "mixtral":
             fields.update(

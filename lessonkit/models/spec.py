@@ -27,6 +27,7 @@ LINEAR_MODULES = {
     # the experts' weights are 3D tensors, not linear layers: LoRA goes on attention
     "qwen3_moe": ("q_proj", "k_proj", "v_proj", "o_proj"),
     "mixtral": ("q_proj", "k_proj", "v_proj", "o_proj"),
+    "gpt_oss": ("q_proj", "k_proj", "v_proj", "o_proj"),
     "default": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
 }
 # peft's default ``target_modules`` per family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
@@ -73,6 +74,11 @@ _LINEAR_PATHS = {
 }
 NORMS = ("rmsnorm", "layernorm")
 ATTENTION_BIASES = ("none", "qkv", "all")
+# How often a family's layers use full attention when its config gives no ``layer_types``
+# (transformers' defaults): every 6th layer of Gemma 3, every 2nd of gpt-oss, the others
+# sliding-window layers.
+FULL_ATTENTION_EVERY = {"gemma3_text": 6, "gpt_oss": 2}
+LAYER_TYPES = ("full_attention", "sliding_attention")
 # The largest dimension a ModelSpec takes: far above any model made (hidden sizes reach tens
 # of thousands, vocabularies a few hundred thousand), low enough that every count stays exact.
 MAX_DIMENSION = 10_000_000
@@ -190,6 +196,7 @@ class ModelSpec:
             self.moe_layers,
             self.n_layers,
         )
+        self.layer_types  # noqa: B018 (checks the config's layer_types, if any)
 
     # ----- parameter counts -------------------------------------------------------------
     @property
@@ -264,6 +271,31 @@ class ModelSpec:
         of k: OLMo 2) or "none"."""
         return QK_NORM.get(self.family, "none")
 
+    @property
+    def layer_types(self) -> tuple[str, ...]:
+        """Each decoder layer's attention, "full_attention" or "sliding_attention": the
+        config's ``layer_types`` where it gives them, else the family's own pattern (Gemma 3:
+        5 sliding layers in 6; gpt-oss: sliding and full in turn), else full everywhere."""
+        given = self.extra.get("layer_types")
+        if given is not None:
+            if (
+                not isinstance(given, (list, tuple))
+                or len(given) != self.n_layers
+                or any(kind not in LAYER_TYPES for kind in given)
+            ):
+                raise LessonkitError(
+                    f"layer_types must list one of {', '.join(LAYER_TYPES)} for each of the "
+                    f"{self.n_layers} layers, got {short_repr(given)}."
+                )
+            return tuple(given)
+        every = FULL_ATTENTION_EVERY.get(self.family)
+        if every is None:
+            return ("full_attention",) * self.n_layers
+        return tuple(
+            "full_attention" if (layer + 1) % every == 0 else "sliding_attention"
+            for layer in range(self.n_layers)
+        )
+
     def parameter_tensors(self) -> ParameterTensors:
         """Every parameter tensor, named and shaped as transformers creates it: one decoder
         layer's and the outer ones. The one inventory the parameter counts and the memory
@@ -325,7 +357,18 @@ class ModelSpec:
             layer = (
                 linears + biases + qk + [t for name in self.layer_norm_names for t in norm(name)]
             )
-            if self.n_experts:  # the router and every expert's weights
+            if self.family == "gpt_oss":  # attention sinks, biased router and experts
+                experts, width = self.n_experts, self.expert_intermediate_size
+                layer += [
+                    ParamTensor("self_attn.sinks", (self.n_heads,), "other"),
+                    ParamTensor("mlp.router.weight", (experts, h), "other"),
+                    ParamTensor("mlp.router.bias", (experts,), "other"),
+                    ParamTensor("mlp.experts.gate_up_proj", (experts, h, 2 * width), "other"),
+                    ParamTensor("mlp.experts.gate_up_proj_bias", (experts, 2 * width), "other"),
+                    ParamTensor("mlp.experts.down_proj", (experts, width, h), "other"),
+                    ParamTensor("mlp.experts.down_proj_bias", (experts, h), "other"),
+                ]
+            elif self.n_experts:  # the router and every expert's weights
                 experts, width = self.n_experts, self.expert_intermediate_size
                 layer += [
                     ParamTensor("mlp.gate.weight", (experts, h), "other"),
@@ -385,6 +428,7 @@ class ModelSpec:
             self.expert_intermediate_size,
             self.moe_layers,
             self.gated_mlp,
+            biased=self.family == "gpt_oss",
         )
 
     def lora_shapes(self, targets: tuple[str, ...] | str) -> list[tuple[int, int]]:
@@ -480,6 +524,7 @@ FAMILY_LABELS = {
     "qwen3": "Qwen3",
     "qwen3_moe": "Qwen3-MoE",
     "mixtral": "Mixtral",
+    "gpt_oss": "gpt-oss",
     "gemma": "Gemma",
     "gemma2": "Gemma 2",
     "gemma3_text": "Gemma 3",
@@ -518,6 +563,8 @@ def get_preset(name: str) -> ModelSpec:
         raise LessonkitError(unknown_name_message(name, preset_names(), "model"))
     entry = _preset_data()[key]
     note = f"{entry['source']} (as of {entry['as_of']})"
+    if entry.get("notes"):  # what the figures assume of the checkpoint (gpt-oss's MXFP4)
+        note = f"{note}. {entry['notes']}"
     if normalise_name(name) != normalise_name(key):  # another name, not a spelling of this one
         note = f"{short_repr(name.strip())} is read as the preset {key}. {note}"
     return ModelSpec(name=key, note=note, **entry["shape"])

@@ -49,7 +49,7 @@ def traced_fields(
             f"language model transformers {transformers.__version__} builds with "
             f"AutoModelForCausalLM. lessonkit reads {', '.join(known)} block by block, and "
             f"traces any other of the {len(types)} model types AutoModelForCausalLM builds "
-            "(qwen3_moe, mixtral, mamba, ...)."
+            "(stablelm, mamba, ...)."
         )
     fields = {k: v for k, v in data.items() if k != "model_type"}
     try:

@@ -164,6 +164,48 @@ MOE_ROWS = [
     for method in (dict(precision="bf16"), dict(method="lora", precision="bf16"))
     for checkpointing in (False, True)
 ]
+# gpt-oss, block by block: attention sinks (eager, as it trains), biased projections, router
+# and experts (clamped SwiGLU), sliding-window (128 < 256 tokens) and full layers in turn
+GPT_OSS_SPECS = {
+    "gpt_oss": _family_spec(
+        "gpt_oss",
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        intermediate_size=128,
+        head_dim=32,
+    ),
+}
+SPECS.update(GPT_OSS_SPECS)
+GPT_OSS_ROWS = [
+    (family, dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing))
+    for family in GPT_OSS_SPECS
+    for method in (
+        dict(precision="bf16"),
+        dict(method="lora", precision="bf16"),
+        dict(method="qlora", precision="bf16"),  # the attention's linear layers in NF4
+    )
+    for checkpointing in (False, True)
+]
+# each layer's own attention type: a Gemma 3 whose second layer is a full-attention one (its
+# SDPA keeps no mask, and it has rotary tables of its own)
+LAYER_TYPE_SPECS = {
+    "gemma3_mixed": _family_spec(
+        "gemma3_text",
+        head_dim=64,
+        sliding_window=64,
+        query_pre_attn_scalar=64,
+        layer_types=["sliding_attention", "full_attention"],
+    ),
+}
+SPECS.update(LAYER_TYPE_SPECS)
+LAYER_TYPE_ROWS = [
+    (
+        "gemma3_mixed",
+        dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing),
+    )
+    for method in ({}, dict(method="lora", precision="bf16"))
+    for checkpointing in (False, True)
+]
 # full, LoRA and QLoRA, with and without checkpointing, for each of them
 FAMILY_ROWS = [
     (family, dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing))
@@ -872,6 +914,8 @@ GRID = [
 
 GRID += FAMILY_ROWS
 GRID += MOE_ROWS
+GRID += GPT_OSS_ROWS
+GRID += LAYER_TYPE_ROWS
 
 
 def _id(case: tuple[str, dict]) -> str:
