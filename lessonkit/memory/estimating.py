@@ -25,7 +25,7 @@ from typing import Any
 from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
 from ..options import DTYPE_BYTES
 from . import activations as acts
-from . import layers, step_notes, zero3
+from . import fsdp1, layers, step_notes, zero3
 from . import optimizers as opt
 from .report import MemoryReport
 from .settings import RunSettings, layer_lora_targets, outer_lora_targets, validate_run
@@ -89,6 +89,7 @@ def estimate(
     loss: str = "standard",
     loss_chunks: int = 8,
     no_sync: bool = False,
+    fsdp_version: int = 2,
 ) -> MemoryReport:
     """Estimate the peak GPU memory per GPU of one training step of ``model``.
 
@@ -126,6 +127,7 @@ def estimate(
         loss=loss,
         loss_chunks=loss_chunks,
         no_sync=no_sync,
+        fsdp_version=fsdp_version,
     )
     return _Step(spec, s).report()
 
@@ -292,6 +294,8 @@ class _Step:
             # whole forward and backward; a decoder layer's gathered buffer is held until
             # the next layer is gathered
             self.gather = self.fsdp["root_params"] + self.fsdp["layer_flat"]
+            if s.fsdp_version == 1:  # flat parameters per unit (memory/fsdp1.py)
+                fsdp1.apply(self)
 
         # activations
         self.embed_lora = lora and "embed_tokens" in outer_lora_targets(s.lora_targets)
@@ -307,7 +311,7 @@ class _Step:
             residual_bytes=self.residual_bytes,
             compute_bytes=self.compute_bytes,
             autocast=self.autocast,
-            trains_base=full,
+            trains_base=full or s.fsdp_version == 1,  # FSDP1: frozen tensors get gradients
             lora_targets=targets if lora else frozenset(),
             adapter_bytes=self.compute_bytes if self.sharded_mixed else self.adapter_bytes,
             lora_rank=s.lora_rank,
@@ -550,6 +554,8 @@ class _Step:
     def _fsdp_moments(
         self, static: dict[str, int], grads_fw: int
     ) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+        if self.settings.fsdp_version == 1:
+            return fsdp1.moments(self, static, grads_fw)
         return zero3.fsdp_moments(self, static, grads_fw)
 
     def assumptions(self) -> list[str]:

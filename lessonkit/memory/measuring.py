@@ -70,6 +70,7 @@ def measure(
     loss: str = "standard",
     loss_chunks: int = 8,
     no_sync: bool = False,
+    fsdp_version: int = 2,
 ) -> MemoryReport:
     """Measure the peak memory per GPU of one training step of ``model`` (see the module doc).
 
@@ -103,6 +104,7 @@ def measure(
         loss=loss,
         loss_chunks=loss_chunks,
         no_sync=no_sync,
+        fsdp_version=fsdp_version,
     )
     _require_torch()
     if settings.device == "cuda":
@@ -264,7 +266,6 @@ def run_step(
     )
     from .tracking import (
         Tracker,
-        fsdp_buffers_are_temporaries,
         offloaded_activations,
         storage_keys,
         tensor_bytes,
@@ -277,6 +278,7 @@ def run_step(
         settings.zero_stage,
         settings.offload_optimizer,
         param_dtype=compute_dtype if settings.sharded_mixed else None,
+        fsdp_version=settings.fsdp_version,
     )
     with contextlib.ExitStack() as stack:
         stack.enter_context(unpacked_sequences())
@@ -318,7 +320,7 @@ def run_step(
         ids = torch.randint(
             0, spec.vocab_size, (settings.batch_size, settings.seq_len), device=device
         )
-        weights = list(model.parameters()) + list(model.buffers()) + quant_state_tensors(model)
+        weights = parallel.parameters(model) + list(model.buffers()) + quant_state_tensors(model)
         tracker = Tracker()
         tracker.ignored = storage_keys([t for o in optimizers for t in off_device_tensors(o)])
         for t in weights:
@@ -335,7 +337,7 @@ def run_step(
             tracker.add(t)
         tracker.add(ids, phase="forward")
         autocast = settings.mixed and not settings.sharded_mixed
-        stack.enter_context(fsdp_buffers_are_temporaries(settings.zero_stage == 3))
+        stack.enter_context(parallel.buffers_are_temporaries())
         stack.enter_context(
             legacy_bnb_saves_input(
                 settings.method == "qlora" and settings.bitsandbytes == "before-0.43.2"
@@ -394,9 +396,9 @@ def run_step(
         timeline = from_moments(tracker.moments(groups, spec.vocab_size), "measure")
         measured = {
             "attention_implementation": getattr(model.config, "_attn_implementation", None),
-            "parameter_bytes": tensor_bytes(model.parameters()),
+            "parameter_bytes": tensor_bytes(parallel.parameters(model)),
             "buffer_bytes": tensor_bytes(list(model.buffers()) + quant_state_tensors(model)),
-            "trainable_parameters": sum(p.numel() for p in params),
+            "trainable_parameters": parallel.trainable_parameters(params),
             # with no_sync, the unreduced gradients held between micro-batches
             "gradient_bytes": unsynced_bytes if settings.no_sync else tensor_bytes(grads),
             "optimizer_bytes": tensor_bytes(states),

@@ -16,6 +16,7 @@ from ..options import (
     ATTENTION,
     BNB_BEHAVIOURS,
     DEFAULT_LOSS_CHUNKS,
+    FSDP_VERSIONS,
     LORA_DTYPES,
     LOSSES,
     METHODS,
@@ -78,6 +79,7 @@ class RunSettings:
     loss: str = "standard"
     loss_chunks: int = DEFAULT_LOSS_CHUNKS
     no_sync: bool = False
+    fsdp_version: int = 2
 
     @property
     def mixed(self) -> bool:
@@ -192,6 +194,20 @@ def _seq_len(value: object, spec: ModelSpec) -> int:
     return seq
 
 
+def _fsdp_version(value: object, zero_stage: int) -> int:
+    if isinstance(value, bool) or value not in FSDP_VERSIONS:
+        raise LessonkitError(
+            f"fsdp_version must be one of {', '.join(map(str, FSDP_VERSIONS))}, got "
+            f"{short_repr(value)}."
+        )
+    if value == 1 and zero_stage != 3:
+        raise LessonkitError(
+            f"fsdp_version=1 (FSDP1's flat parameters) applies to ZeRO-3 only, got "
+            f"zero_stage={zero_stage}: use zero_stage=3 with it, or leave fsdp_version at 2."
+        )
+    return int(value)  # type: ignore[call-overload]
+
+
 def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
     """Check every argument of a run of ``spec``; raise LessonkitError saying what is allowed.
 
@@ -238,6 +254,7 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
             kw.get("loss_chunks", DEFAULT_LOSS_CHUNKS), "loss_chunks", maximum=MAX_SEQ
         ),
         no_sync=_flag(kw.get("no_sync", False), "no_sync"),
+        fsdp_version=_fsdp_version(kw.get("fsdp_version", 2), zero),
     )
     if s.method != "full":
         _check_layer_targets(spec, layer_lora_targets(s.lora_targets))
@@ -319,4 +336,8 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
             "ZeRO-3 cannot shard 4-bit QLoRA weights in this calculator; use "
             "zero_stage 0, 1 or 2 with QLoRA."
         )
+    if s.fsdp_version == 1:
+        from .fsdp1 import check_flat_dtypes
+
+        check_flat_dtypes(s)
     return s
