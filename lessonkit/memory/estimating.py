@@ -340,7 +340,7 @@ class _Step:
         else:
             layer = layers.decoder_layer(spec)
             # checkpointing with LoRA makes the inputs require grad, as LoRA on the embeddings does
-            first_grad = full or ckpt or self.embed_lora
+            first_grad = fsdp1.root_context(ctx, s).trains_base or ckpt or self.embed_lora
             first = layer.saved(spec, ctx, 0, first_grad)
             other = layer.saved(spec, ctx, 1, True)
         rope = sum(b for k, b in other.items.items() if k.startswith("rope."))
@@ -350,11 +350,12 @@ class _Step:
         self.first_copies = first.weight_copies
         self.first_layer, self.other_layer = first, other
         self.rope = rope
-        self.embed_saved = layers.Embeddings().saved_bytes(spec, ctx, ckpt)
+        root_ctx = fsdp1.root_context(ctx, s)  # FSDP1: the root's own gradients decide
+        self.embed_saved = layers.Embeddings().saved_bytes(spec, root_ctx, ckpt)
         if self.embed_lora:  # peft's LoRA Embedding: B's matmul saves A's rank-r output
             self.embed_saved += ctx.adapter_bytes * t * ctx.lora_rank
         # the head: final norm, lm_head, log-softmax (fp32) and the targets
-        head = layers.Head().saved(spec, ctx)
+        head = layers.Head().saved(spec, root_ctx)
         if spec.family == "traced":
             head = acts.Saved()
             head.add("traced", int(self.trace.outside_per_token * t))
@@ -485,7 +486,9 @@ class _Step:
         if self.fsdp:
             more_fw, bws = self._fsdp_moments(static, grads_fw)
             fws += more_fw
-            bws = [bw_start, *bws]
+            # FSDP1 gathers the last decoder layer as soon as backward begins (prefetch)
+            prefetch = self.fsdp.get("backward_prefetch", 0)
+            bws = [dict(bw_start, temporaries=bw_start["temporaries"] + prefetch), *bws]
         self.moments = {"forward": fws, "backward": bws, "optimizer": [step]}  # memory/timeline.py
         by_phase = {
             "forward": max(fws, key=lambda d: sum(d.values())),

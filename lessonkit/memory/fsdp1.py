@@ -165,6 +165,19 @@ def flatten(tensors: list[tuple[tuple[int, ...], bool]], n: int, gathered_bytes:
     )
 
 
+def root_context(ctx: Any, s: Any) -> Any:
+    """The activations' context for the root's modules (embeddings, final norm, lm_head):
+    under FSDP1 the decoder layers' frozen tensors get gradients (``ctx.trains_base``), the
+    root's only where the root has a trained tensor (full fine-tuning, LoRA on lm_head or the
+    embeddings)."""
+    import dataclasses
+
+    if s.fsdp_version != 1:
+        return ctx
+    trained = s.method == "full" or bool(outer_lora_targets(s.lora_targets))
+    return dataclasses.replace(ctx, trains_base=trained)
+
+
 def apply(step: Any) -> None:
     """Replace the estimate's ZeRO-3 figures (FSDP2's) with FSDP1's: weights, gradients,
     optimizer states, the step's temporaries and the per-unit buffers (``step.fsdp``)."""
@@ -212,6 +225,8 @@ def apply(step: Any) -> None:
     f |= {f"root_{k}": v for k, v in buffers(root).items()}
     # the names step_notes and the timeline read: the gathered root and decoder layer
     f["root_params"], f["layer_params"] = f["root_gathered"], f["layer_gathered"]
+    # the root's pre-backward hook prefetches the last decoder layer (BACKWARD_PRE)
+    f["backward_prefetch"] = f["layer_gathered"]
     step.fsdp = f
     # the first gradient of a layer's backward: down_proj's (every tensor gets one)
     step.fsdp_first_grad = compute * max(a * b for a, b in spec.linear_shapes().values())
