@@ -311,8 +311,6 @@ def moments(
             shards = 0  # every shard exists from the first micro-batch
         else:
             shards = k * f["layer_shard"]
-        # no_sync after the first micro-batch: the new gradient is added into the kept one
-        adds_in_place = s.no_sync and not (not reducing and s.gradient_accumulation == 2)
         base = max(0, step.bw_copies - gone_copies) + head + root
         end = dict(
             static,
@@ -327,14 +325,15 @@ def moments(
         )
         moments += [start, end]
         if reducing:
-            # the kept gradient (no_sync) or the new one, cast and reduce-scattered
-            flat = 0 if adds_in_place else f["layer_flat_grad"]
+            # the layer's gradient cast and reduce-scattered by the post-backward hook, which
+            # runs while autograd still holds the new gradient (under no_sync it was added
+            # into the kept one, in place)
             moments.append(
                 dict(
                     end,
                     temporaries=base
                     + next_layer
-                    + flat
+                    + f["layer_flat_grad"]
                     + f["layer_cast"]
                     + f["layer_new_shard"],
                 )
