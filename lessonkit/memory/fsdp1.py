@@ -85,7 +85,9 @@ def _module_order(name: str, gpt2: bool, index: int) -> tuple[int, int]:
     """Where a decoder layer's tensor comes in module order (its module's registration)."""
     if gpt2:
         return (0, index)  # the inventory lists GPT-2's block in module order
-    if name.startswith("self_attn.") and not name.startswith(("self_attn.q_norm", "self_attn.k_norm")):
+    if name.startswith("self_attn.") and not name.startswith(
+        ("self_attn.q_norm", "self_attn.k_norm")
+    ):
         return (0, index)
     section = 1 if name.startswith("self_attn.") else 2 if name.startswith("mlp.") else 3
     return (section, index)
@@ -165,6 +167,34 @@ def flatten(tensors: list[tuple[tuple[int, ...], bool]], n: int, gathered_bytes:
     )
 
 
+def description(step: Any) -> str:
+    """The assumptions' words for ZeRO-3 run as FSDP1."""
+    f = step.fsdp
+    gib = 2**30
+    return (
+        "ZeRO-3 as FSDP1 (FullyShardedDataParallel, transformer auto-wrap: one flat parameter "
+        "per decoder layer and one for the root, use_orig_params=True, FULL_SHARD, "
+        "BackwardPrefetch.BACKWARD_PRE, no forward prefetch): each GPU keeps 1/n of each "
+        "flat parameter (padded to a multiple of the GPU count), so its optimizer states "
+        "cover the trained tensors that fall in its slice; a decoder layer is gathered whole "
+        f"({f['layer_gathered'] / gib:.2f} GiB), the next one prefetched as each layer's "
+        "backward begins, the root gathered from the forward to the end of the backward; "
+        "every tensor of a unit with a trained tensor gets a gradient, frozen ones included "
+        f"(autograd concatenates them into the unit's gradient, {f['layer_flat_grad'] / gib:.2f}"
+        " GiB a layer, cast to the reduce dtype and reduce-scattered to a shard of the whole "
+        "layer)"
+    )
+
+
+def no_sync_note(step: Any) -> str:
+    """The assumptions' words for FSDP1's no_sync()."""
+    return (
+        "no_sync: gradients are reduced on the last micro-batch only (FSDP1's no_sync()), "
+        "so each GPU keeps every unit's whole gradient, frozen tensors' included, unsharded "
+        f"in the compute dtype ({step.gradients / 2**30:.2f} GiB) until that micro-batch."
+    )
+
+
 def root_context(ctx: Any, s: Any) -> Any:
     """The activations' context for the root's modules (embeddings, final norm, lm_head):
     under FSDP1 the decoder layers' frozen tensors get gradients (``ctx.trains_base``), the
@@ -192,9 +222,9 @@ def apply(step: Any) -> None:
     layer_tensors, root_tensors = unit_tensors(spec, s)
     layer, root = flatten(layer_tensors, n, compute), flatten(root_tensors, n, compute)
     units = [(layer, layers), (root, 1)]
-    step.weights += sum(
-        count * stored * unit.numel // n for unit, count in units
-    ) - _fsdp2_weights(step)
+    step.weights += sum(count * stored * unit.numel // n for unit, count in units) - _fsdp2_weights(
+        step
+    )
     step.step_gradients = sum(
         count * stored * unit.numel // n for unit, count in units if unit.trained
     )
@@ -237,7 +267,7 @@ def apply(step: Any) -> None:
 def _fsdp2_weights(step: Any) -> int:
     """The sharded parameters the estimate counted as FSDP2 (rows of dim 0), to replace."""
     spec, s = step.spec, step.settings
-    n = s.n_gpus
+    n: int = s.n_gpus
     layer_tensors, root_tensors = unit_tensors(spec, s)
     stored = step.stored_bytes
 

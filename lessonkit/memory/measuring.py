@@ -23,7 +23,8 @@ x (forward with loss, backward), then ``optimizer.step()``. Categories at the pe
 packed weights), ``gradient_bytes``, ``optimizer_bytes``, ``trainable_parameters``, the attention
 implementation used, per-micro-batch forward peaks with gradient accumulation, and on a GPU the
 allocator's and driver's figures. Several GPUs are simulated for rank 0 (see standins.Parallel);
-ZeRO-3 with a "-mixed" precision runs FSDP2's MixedPrecisionPolicy instead of autocast.
+ZeRO-3 with a "-mixed" precision runs FSDP2's MixedPrecisionPolicy instead of autocast
+(``fsdp_version=1``: FSDP1, memory/fsdp1_wrapping.py, with its MixedPrecision).
 
 This module imports without torch (measure() says what to install); its helpers, the private
 modules memory/tracking.py and memory/standins.py, need torch and are imported only inside measure().
@@ -565,6 +566,15 @@ _PARALLEL_NOTES = (
 )
 
 
+_FSDP1_NOTE = (
+    "Per GPU of {n} with ZeRO-3, simulated with FSDP1 FullyShardedDataParallel (one flat "
+    "parameter per decoder layer and the root, use_orig_params=True, torch's defaults "
+    "otherwise: FULL_SHARD, BACKWARD_PRE prefetch, no forward prefetch) on a fake process "
+    "group: each flat parameter, its gradient and the optimizer states of the tensors in this "
+    "rank's 1/{n} slice; gathered units and FSDP's buffers count as temporaries."
+)
+
+
 def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]) -> list[str]:
     """What the measurement did, in words, for the report."""
     s = settings
@@ -575,8 +585,13 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
     ]
     half = "fp16" if s.precision.startswith("fp16") else "bf16"
     notes.append(
-        f"FSDP2 mixed precision, MixedPrecisionPolicy(param_dtype={half}, reduce_dtype=fp32), "
-        f"without autocast: fp32 shards of the weights, gradients and optimizer states; each "
+        (
+            f"FSDP1 mixed precision, MixedPrecision(param_dtype={half}, reduce_dtype=fp32), "
+            if s.fsdp_version == 1
+            else f"FSDP2 mixed precision, MixedPrecisionPolicy(param_dtype={half}, "
+            "reduce_dtype=fp32), "
+        )
+        + "without autocast: fp32 shards of the weights, gradients and optimizer states; each "
         f"layer is gathered in {half}; gradients are reduced in fp32."
         if s.sharded_mixed
         else {
@@ -620,7 +635,9 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
         notes[-1] = f"bitsandbytes {'PagedAdamW8bit' if paged else 'AdamW8bit'}."
     if s.n_gpus > 1 or s.zero_stage:
         notes.append(
-            _PARALLEL_NOTES[min(s.zero_stage, 3)].format(n=s.n_gpus)
+            (_FSDP1_NOTE if s.fsdp_version == 1 else _PARALLEL_NOTES[min(s.zero_stage, 3)]).format(
+                n=s.n_gpus
+            )
             + (
                 " The optimizer states and step live in CPU memory (offload)."
                 if s.offload_optimizer
@@ -631,7 +648,9 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
         notes.append(
             "no_sync: every micro-batch but the last runs without reducing gradients "
             + (
-                "(FSDP2's set_requires_gradient_sync(False)); the unsharded gradients "
+                "(FSDP1's no_sync()); each unit's whole unsharded gradient counts as gradients."
+                if s.fsdp_version == 1
+                else "(FSDP2's set_requires_gradient_sync(False)); the unsharded gradients "
                 "each GPU accumulates count as gradients."
                 if s.zero_stage == 3
                 else "(nothing to simulate on one rank)."

@@ -205,7 +205,7 @@ def _fsdp_version(value: object, zero_stage: int) -> int:
             f"fsdp_version=1 (FSDP1's flat parameters) applies to ZeRO-3 only, got "
             f"zero_stage={zero_stage}: use zero_stage=3 with it, or leave fsdp_version at 2."
         )
-    return int(value)  # type: ignore[call-overload]
+    return int(value)
 
 
 def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
