@@ -31,44 +31,9 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from ..errors import LessonkitError
-from ..options import DTYPE_BYTES
 from .settings import layer_lora_targets, outer_lora_targets
 
 ALIGNMENT = 16  # bytes: where use_orig_params starts each tensor (_get_aligned_numel)
-
-
-def _stored_bytes(precision: str) -> int:
-    return 2 if precision in ("bf16", "bf16-master") else 4
-
-
-def check_flat_dtypes(s: Any) -> None:
-    """Refuse the runs FSDP1 cannot flatten or this model does not follow."""
-    stored = _stored_bytes(s.precision)
-    if s.method != "full" and DTYPE_BYTES[s.lora_dtype] != stored:
-        raise LessonkitError(
-            f"fsdp_version=1 flattens each decoder layer's tensors into one flat parameter of "
-            f"one dtype, and FSDP1 refuses a {'bf16' if stored == 2 else 'fp32'} base with "
-            f"{s.lora_dtype} adapters ('Must flatten tensors with uniform dtype'): use "
-            f"lora_dtype='{'bf16' if stored == 2 else 'fp32'}' with precision "
-            f"{s.precision!r}, or use fsdp_version=2."
-        )
-    if s.offload_optimizer:
-        raise LessonkitError(
-            "fsdp_version=1 is modelled without offload_optimizer: set offload_optimizer=False, "
-            "or use fsdp_version=2."
-        )
-
-
-def check_model(spec: Any) -> None:
-    """FSDP1's units follow the decoder layers of the named dense families."""
-    if spec.family == "traced" or spec.n_experts:
-        raise LessonkitError(
-            "fsdp_version=1 is modelled for the dense families lessonkit describes block by "
-            f"block (llama, qwen2, gpt2, ...), not for {spec.name} "
-            f"({'a traced model' if spec.family == 'traced' else 'a mixture of experts'}): "
-            "use fsdp_version=2."
-        )
 
 
 class Unit(NamedTuple):
@@ -214,7 +179,6 @@ def apply(step: Any) -> None:
     from . import optimizers as opt
 
     spec, s = step.spec, step.settings
-    check_model(spec)
     n, layers = s.n_gpus, spec.n_layers
     stored = step.stored_bytes
     compute = step.compute_bytes if step.sharded_mixed else stored  # gathered and its gradients

@@ -337,7 +337,28 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
             "zero_stage 0, 1 or 2 with QLoRA."
         )
     if s.fsdp_version == 1:
-        from .fsdp1 import check_flat_dtypes
-
-        check_flat_dtypes(s)
+        _check_fsdp1(s, spec)
     return s
+
+
+def _check_fsdp1(s: RunSettings, spec: ModelSpec) -> None:
+    """The runs FSDP1 cannot flatten, or that its model (memory/fsdp1.py) does not follow."""
+    stored = "bf16" if s.precision in ("bf16", "bf16-master") else "fp32"
+    if s.method != "full" and s.lora_dtype != stored:
+        raise LessonkitError(
+            f"fsdp_version=1 flattens each decoder layer's tensors into one flat parameter of "
+            f"one dtype, and FSDP1 refuses a {stored} base with {s.lora_dtype} adapters ('Must "
+            f"flatten tensors with uniform dtype'): use lora_dtype='{stored}' with precision "
+            f"{s.precision!r}, or fsdp_version=2."
+        )
+    if s.offload_optimizer:
+        raise LessonkitError(
+            "fsdp_version=1 is modelled without offload_optimizer: set offload_optimizer=False, "
+            "or use fsdp_version=2."
+        )
+    if spec.family == "traced" or spec.n_experts:
+        kind = "a traced model" if spec.family == "traced" else "a mixture of experts"
+        raise LessonkitError(
+            "fsdp_version=1 is modelled for the dense families lessonkit describes block by "
+            f"block (llama, qwen2, gpt2, ...), not for {spec.name} ({kind}): use fsdp_version=2."
+        )
