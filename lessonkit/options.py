@@ -24,6 +24,9 @@ OPTIMIZERS = (
 )
 ATTENTION = ("sdpa", "flash", "eager")
 ZERO_STAGES = (0, 1, 2, 3)
+# ZeRO-3 as FSDP: 1 (FullyShardedDataParallel, one flat parameter per wrapped unit) or 2
+# (fully_shard, per-parameter shards: the default)
+FSDP_VERSIONS = (1, 2)
 LORA_DTYPES = ("fp32", "bf16")
 # What a bitsandbytes 4-bit layer keeps for backward: "current" (0.43.2 and later, PR #1270:
 # only the packed weight) or "before-0.43.2" (the layer's input too, when it needs a gradient).

@@ -126,6 +126,14 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-gpus", type=int, default=1)
     parser.add_argument("--zero-stage", type=int, default=0, help="ZeRO stage 0-3 (default: 0)")
     parser.add_argument(
+        "--fsdp-version",
+        type=int,
+        default=2,
+        help="with --zero-stage 3: 2 (FSDP2's per-parameter shards, default) or 1 (FSDP1's "
+        "flat parameter per decoder layer, as torchtune until 2025, Lightning and "
+        "Accelerate ran it)",
+    )
+    parser.add_argument(
         "--offload-optimizer",
         action="store_true",
         help="optimizer states in CPU RAM (needs --zero-stage 1-3)",
@@ -219,6 +227,7 @@ def run_vram(args: argparse.Namespace) -> int:
         loss=args.loss,
         loss_chunks=args.loss_chunks,
         no_sync=args.no_sync,
+        fsdp_version=args.fsdp_version,
     )
     report = estimate(args.model, **settings)
     fits = None if gpu is None else report.fits(gpu.usable_bytes)

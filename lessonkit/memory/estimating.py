@@ -25,7 +25,7 @@ from typing import Any
 from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
 from ..options import DTYPE_BYTES
 from . import activations as acts
-from . import layers, step_notes, zero3
+from . import fsdp1, layers, step_notes, zero3
 from . import optimizers as opt
 from .report import MemoryReport
 from .settings import RunSettings, layer_lora_targets, outer_lora_targets, validate_run
@@ -99,6 +99,7 @@ def estimate(
     loss: str = "standard",
     loss_chunks: int = 8,
     no_sync: bool = False,
+    fsdp_version: int = 2,
 ) -> MemoryReport:
     """Estimate the peak GPU memory per GPU of one training step of ``model``.
 
@@ -136,6 +137,7 @@ def estimate(
         loss=loss,
         loss_chunks=loss_chunks,
         no_sync=no_sync,
+        fsdp_version=fsdp_version,
     )
     return _Step(spec, s).report()
 
@@ -314,6 +316,8 @@ class _Step:
             # whole forward and backward; a decoder layer's gathered buffer is held until
             # the next layer is gathered
             self.gather = self.fsdp["root_params"] + self.fsdp["layer_flat"]
+            if s.fsdp_version == 1:  # flat parameters per unit (memory/fsdp1.py)
+                fsdp1.apply(self)
 
         # activations
         self.embed_lora = lora and "embed_tokens" in outer_lora_targets(s.lora_targets)
@@ -329,7 +333,7 @@ class _Step:
             residual_bytes=self.residual_bytes,
             compute_bytes=self.compute_bytes,
             autocast=self.autocast,
-            trains_base=full,
+            trains_base=full or s.fsdp_version == 1,  # FSDP1: frozen tensors get gradients
             lora_targets=targets if lora else frozenset(),
             adapter_bytes=self.compute_bytes if self.sharded_mixed else self.adapter_bytes,
             lora_rank=s.lora_rank,
@@ -357,7 +361,7 @@ class _Step:
             first, rest, other, average = self._traced_layers()
         else:
             # checkpointing with LoRA makes the inputs require grad, as LoRA on the embeddings does
-            first_grad = full or ckpt or self.embed_lora
+            first_grad = fsdp1.root_context(ctx, s).trains_base or ckpt or self.embed_lora
             rest, other, first = layers.saved_by_layer(spec, ctx, first_grad)
         # each layer's saved tensors less the rotary tables, which every layer shares
         self.layers_saved, rope = layers.without_rope([first, *rest])
@@ -371,11 +375,12 @@ class _Step:
         self.saved_layers = [first, *rest]
         self.backward_ends = layers.layers_saved_ends(self.saved_layers)
         self.rope = rope
-        self.embed_saved = layers.Embeddings().saved_bytes(spec, ctx, ckpt)
+        root_ctx = fsdp1.root_context(ctx, s)  # FSDP1: the root's own gradients decide
+        self.embed_saved = layers.Embeddings().saved_bytes(spec, root_ctx, ckpt)
         if self.embed_lora:  # peft's LoRA Embedding: B's matmul saves A's rank-r output
             self.embed_saved += ctx.adapter_bytes * t * ctx.lora_rank
         # the head: final norm, lm_head, log-softmax (fp32) and the targets
-        head = layers.Head().saved(spec, ctx)
+        head = layers.Head().saved(spec, root_ctx)
         if spec.family == "traced":
             head = acts.Saved()
             head.add("traced", int(self.trace.outside_per_token * t))
@@ -515,7 +520,9 @@ class _Step:
         if self.fsdp:
             more_fw, bws = self._fsdp_moments(static, grads_fw)
             fws += more_fw
-            bws = [bw_start, *bws]
+            # FSDP1 gathers the last decoder layer as soon as backward begins (prefetch)
+            prefetch = self.fsdp.get("backward_prefetch", 0)
+            bws = [dict(bw_start, temporaries=bw_start["temporaries"] + prefetch), *bws]
         self.moments = {"forward": fws, "backward": bws, "optimizer": [step]}  # memory/timeline.py
         by_phase = {
             "forward": max(fws, key=lambda d: sum(d.values())),
@@ -591,6 +598,8 @@ class _Step:
     def _fsdp_moments(
         self, static: dict[str, int], grads_fw: int
     ) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+        if self.settings.fsdp_version == 1:
+            return fsdp1.moments(self, static, grads_fw)
         return zero3.fsdp_moments(self, static, grads_fw)
 
     def assumptions(self) -> list[str]:

@@ -23,7 +23,8 @@ x (forward with loss, backward), then ``optimizer.step()``. Categories at the pe
 packed weights), ``gradient_bytes``, ``optimizer_bytes``, ``trainable_parameters``, the attention
 implementation used, per-micro-batch forward peaks with gradient accumulation, and on a GPU the
 allocator's and driver's figures. Several GPUs are simulated for rank 0 (see standins.Parallel);
-ZeRO-3 with a "-mixed" precision runs FSDP2's MixedPrecisionPolicy instead of autocast.
+ZeRO-3 with a "-mixed" precision runs FSDP2's MixedPrecisionPolicy instead of autocast
+(``fsdp_version=1``: FSDP1, memory/fsdp1_wrapping.py, with its MixedPrecision).
 
 This module imports without torch (measure() says what to install); its helpers, the private
 modules memory/tracking.py and memory/standins.py, need torch and are imported only inside measure().
@@ -70,6 +71,7 @@ def measure(
     loss: str = "standard",
     loss_chunks: int = 8,
     no_sync: bool = False,
+    fsdp_version: int = 2,
 ) -> MemoryReport:
     """Measure the peak memory per GPU of one training step of ``model`` (see the module doc).
 
@@ -103,6 +105,7 @@ def measure(
         loss=loss,
         loss_chunks=loss_chunks,
         no_sync=no_sync,
+        fsdp_version=fsdp_version,
     )
     _require_torch()
     if settings.device == "cuda":
@@ -268,7 +271,6 @@ def run_step(
     )
     from .tracking import (
         Tracker,
-        fsdp_buffers_are_temporaries,
         offloaded_activations,
         storage_keys,
         tensor_bytes,
@@ -281,6 +283,7 @@ def run_step(
         settings.zero_stage,
         settings.offload_optimizer,
         param_dtype=compute_dtype if settings.sharded_mixed else None,
+        fsdp_version=settings.fsdp_version,
     )
     with contextlib.ExitStack() as stack:
         stack.enter_context(unpacked_sequences())
@@ -322,7 +325,7 @@ def run_step(
         ids = torch.randint(
             0, spec.vocab_size, (settings.batch_size, settings.seq_len), device=device
         )
-        weights = list(model.parameters()) + list(model.buffers()) + quant_state_tensors(model)
+        weights = parallel.parameters(model) + list(model.buffers()) + quant_state_tensors(model)
         tracker = Tracker()
         tracker.ignored = storage_keys([t for o in optimizers for t in off_device_tensors(o)])
         for t in weights:
@@ -339,7 +342,7 @@ def run_step(
             tracker.add(t)
         tracker.add(ids, phase="forward")
         autocast = settings.mixed and not settings.sharded_mixed
-        stack.enter_context(fsdp_buffers_are_temporaries(settings.zero_stage == 3))
+        stack.enter_context(parallel.buffers_are_temporaries())
         stack.enter_context(
             legacy_bnb_saves_input(
                 settings.method == "qlora" and settings.bitsandbytes == "before-0.43.2"
@@ -398,9 +401,9 @@ def run_step(
         timeline = from_moments(tracker.moments(groups, spec.vocab_size), "measure")
         measured = {
             "attention_implementation": getattr(model.config, "_attn_implementation", None),
-            "parameter_bytes": tensor_bytes(model.parameters()),
+            "parameter_bytes": tensor_bytes(parallel.parameters(model)),
             "buffer_bytes": tensor_bytes(list(model.buffers()) + quant_state_tensors(model)),
-            "trainable_parameters": sum(p.numel() for p in params),
+            "trainable_parameters": parallel.trainable_parameters(params),
             # with no_sync, the unreduced gradients held between micro-batches
             "gradient_bytes": unsynced_bytes if settings.no_sync else tensor_bytes(grads),
             "optimizer_bytes": tensor_bytes(states),
@@ -567,6 +570,15 @@ _PARALLEL_NOTES = (
 )
 
 
+_FSDP1_NOTE = (
+    "Per GPU of {n} with ZeRO-3, simulated with FSDP1 FullyShardedDataParallel (one flat "
+    "parameter per decoder layer and the root, use_orig_params=True, torch's defaults "
+    "otherwise: FULL_SHARD, BACKWARD_PRE prefetch, no forward prefetch) on a fake process "
+    "group: each flat parameter, its gradient and the optimizer states of the tensors in this "
+    "rank's 1/{n} slice; gathered units and FSDP's buffers count as temporaries."
+)
+
+
 def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]) -> list[str]:
     """What the measurement did, in words, for the report."""
     s = settings
@@ -577,8 +589,13 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
     ]
     half = "fp16" if s.precision.startswith("fp16") else "bf16"
     notes.append(
-        f"FSDP2 mixed precision, MixedPrecisionPolicy(param_dtype={half}, reduce_dtype=fp32), "
-        f"without autocast: fp32 shards of the weights, gradients and optimizer states; each "
+        (
+            f"FSDP1 mixed precision, MixedPrecision(param_dtype={half}, reduce_dtype=fp32), "
+            if s.fsdp_version == 1
+            else f"FSDP2 mixed precision, MixedPrecisionPolicy(param_dtype={half}, "
+            "reduce_dtype=fp32), "
+        )
+        + "without autocast: fp32 shards of the weights, gradients and optimizer states; each "
         f"layer is gathered in {half}; gradients are reduced in fp32."
         if s.sharded_mixed
         else {
@@ -622,7 +639,9 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
         notes[-1] = f"bitsandbytes {'PagedAdamW8bit' if paged else 'AdamW8bit'}."
     if s.n_gpus > 1 or s.zero_stage:
         notes.append(
-            _PARALLEL_NOTES[min(s.zero_stage, 3)].format(n=s.n_gpus)
+            (_FSDP1_NOTE if s.fsdp_version == 1 else _PARALLEL_NOTES[min(s.zero_stage, 3)]).format(
+                n=s.n_gpus
+            )
             + (
                 " The optimizer states and step live in CPU memory (offload)."
                 if s.offload_optimizer
@@ -633,7 +652,9 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
         notes.append(
             "no_sync: every micro-batch but the last runs without reducing gradients "
             + (
-                "(FSDP2's set_requires_gradient_sync(False)); the unsharded gradients "
+                "(FSDP1's no_sync()); each unit's whole unsharded gradient counts as gradients."
+                if s.fsdp_version == 1
+                else "(FSDP2's set_requires_gradient_sync(False)); the unsharded gradients "
                 "each GPU accumulates count as gradients."
                 if s.zero_stage == 3
                 else "(nothing to simulate on one rank)."

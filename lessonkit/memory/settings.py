@@ -16,6 +16,7 @@ from ..options import (
     ATTENTION,
     BNB_BEHAVIOURS,
     DEFAULT_LOSS_CHUNKS,
+    FSDP_VERSIONS,
     LORA_DTYPES,
     LOSSES,
     METHODS,
@@ -78,6 +79,7 @@ class RunSettings:
     loss: str = "standard"
     loss_chunks: int = DEFAULT_LOSS_CHUNKS
     no_sync: bool = False
+    fsdp_version: int = 2
 
     @property
     def mixed(self) -> bool:
@@ -192,6 +194,20 @@ def _seq_len(value: object, spec: ModelSpec) -> int:
     return seq
 
 
+def _fsdp_version(value: object, zero_stage: int) -> int:
+    if isinstance(value, bool) or value not in FSDP_VERSIONS:
+        raise LessonkitError(
+            f"fsdp_version must be one of {', '.join(map(str, FSDP_VERSIONS))}, got "
+            f"{short_repr(value)}."
+        )
+    if value == 1 and zero_stage != 3:
+        raise LessonkitError(
+            f"fsdp_version=1 (FSDP1's flat parameters) applies to ZeRO-3 only, got "
+            f"zero_stage={zero_stage}: use zero_stage=3 with it, or leave fsdp_version at 2."
+        )
+    return int(value)
+
+
 def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
     """Check every argument of a run of ``spec``; raise LessonkitError saying what is allowed.
 
@@ -238,6 +254,7 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
             kw.get("loss_chunks", DEFAULT_LOSS_CHUNKS), "loss_chunks", maximum=MAX_SEQ
         ),
         no_sync=_flag(kw.get("no_sync", False), "no_sync"),
+        fsdp_version=_fsdp_version(kw.get("fsdp_version", 2), zero),
     )
     if s.method != "full":
         _check_layer_targets(spec, layer_lora_targets(s.lora_targets))
@@ -319,4 +336,29 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
             "ZeRO-3 cannot shard 4-bit QLoRA weights in this calculator; use "
             "zero_stage 0, 1 or 2 with QLoRA."
         )
+    if s.fsdp_version == 1:
+        _check_fsdp1(s, spec)
     return s
+
+
+def _check_fsdp1(s: RunSettings, spec: ModelSpec) -> None:
+    """The runs FSDP1 cannot flatten, or that its model (memory/fsdp1.py) does not follow."""
+    stored = "bf16" if s.precision in ("bf16", "bf16-master") else "fp32"
+    if s.method != "full" and s.lora_dtype != stored:
+        raise LessonkitError(
+            f"fsdp_version=1 flattens each decoder layer's tensors into one flat parameter of "
+            f"one dtype, and FSDP1 refuses a {stored} base with {s.lora_dtype} adapters ('Must "
+            f"flatten tensors with uniform dtype'): use lora_dtype='{stored}' with precision "
+            f"{s.precision!r}, or fsdp_version=2."
+        )
+    if s.offload_optimizer:
+        raise LessonkitError(
+            "fsdp_version=1 is modelled without offload_optimizer: set offload_optimizer=False, "
+            "or use fsdp_version=2."
+        )
+    if spec.family == "traced" or spec.n_experts:
+        kind = "a traced model" if spec.family == "traced" else "a mixture of experts"
+        raise LessonkitError(
+            "fsdp_version=1 is modelled for the dense families lessonkit describes block by "
+            f"block (llama, qwen2, gpt2, ...), not for {spec.name} ({kind}): use fsdp_version=2."
+        )

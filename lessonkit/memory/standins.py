@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from ..errors import LessonkitError
-from . import tracking
+from . import fsdp1_wrapping, tracking
 from .real_bitsandbytes import _bnb_linear4bit, _fake_bnb_linear4bit, bitsandbytes
 
 NF4_BLOCK = 64
@@ -418,6 +418,8 @@ class Parallel:
       With ``param_dtype`` (the "-mixed" precisions), FSDP's mixed precision:
       ``MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)`` gathers
       each layer in 16 bits from fp32 shards and reduces the gradients in fp32.
+      ``fsdp_version=1``: FSDP1 instead (memory/fsdp1_wrapping.py): one flat parameter per
+      decoder layer and the root, ``use_orig_params=True``.
     - offload_optimizer: the optimizer states and its step live in CPU memory (not counted).
     """
 
@@ -427,14 +429,21 @@ class Parallel:
         zero_stage: int,
         offload_optimizer: bool,
         param_dtype: torch.dtype | None = None,
+        fsdp_version: int = 2,
     ) -> None:
         self.n, self.stage, self.offload = n_gpus, zero_stage, offload_optimizer
         self.param_dtype = param_dtype
+        self.flat = zero_stage == 3 and fsdp_version == 1  # FSDP1's flat parameters
+        self.model: nn.Module | None = None
+        self.no_sync = fsdp1_wrapping.NoSync()
         self.shards: list[tuple[torch.Tensor, torch.Tensor]] = []  # (parameter, its shard)
         self.buckets: list[torch.Tensor] = []
         self.mesh: Any = None  # the device mesh of a (fake) process group, for ZeRO-3
 
     def prepare(self, model: nn.Module) -> nn.Module:
+        if self.flat:
+            self.model = fsdp1_wrapping.wrap(model, self.param_dtype)
+            return self.model
         if self.stage == 3:
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -491,11 +500,15 @@ class Parallel:
         """no_sync: reduce the gradients (``synchronize``) or keep accumulating them unreduced
         on each rank: FSDP2's ``set_requires_gradient_sync``; DDP and ZeRO-1 keep full
         gradients either way, so only the reduction (not simulated) is skipped."""
-        if self.stage == 3:
+        if self.flat:
+            self.no_sync.set(model, synchronize)
+        elif self.stage == 3:
             model.set_requires_gradient_sync(synchronize)
 
     def unsynced_gradients(self, model: nn.Module) -> list[torch.Tensor]:
         """The gradients a rank holds unreduced between micro-batches under no_sync."""
+        if self.flat:
+            return fsdp1_wrapping.flat_gradients(model)
         if self.stage != 3:
             return [p.grad for p in model.parameters() if p.grad is not None] + self.buckets
         from torch.distributed.fsdp import FSDPModule
@@ -520,7 +533,28 @@ class Parallel:
         return held
 
     def gradient_tensors(self) -> list[torch.Tensor]:
+        if self.flat and self.model is not None:  # the flat gradients, frozen tensors' part too
+            return fsdp1_wrapping.flat_gradients(self.model)
         return self.buckets + [s.grad for _, s in self.shards if s.grad is not None]
+
+    def parameters(self, model: nn.Module) -> list[torch.Tensor]:
+        """The parameters' storage on this rank: FSDP1's local flat shards (its original
+        parameters are views into them, or into a gathered unit), else the parameters."""
+        if self.flat:
+            return fsdp1_wrapping.local_shards(model)
+        return list(model.parameters())
+
+    def trainable_parameters(self, params: list[torch.Tensor]) -> int:
+        """Elements of the trained tensors (FSDP1's views hold only this rank's part)."""
+        if self.flat and self.model is not None:
+            return fsdp1_wrapping.trainable_parameters(self.model)
+        return sum(p.numel() for p in params)
+
+    def buffers_are_temporaries(self) -> contextlib.AbstractContextManager[None]:
+        """Label FSDP's gathered parameters and reduction buffers as temporaries."""
+        if self.flat:
+            return fsdp1_wrapping.tracked()
+        return tracking.fsdp_buffers_are_temporaries(self.stage == 3)
 
 
 @contextlib.contextmanager

@@ -113,8 +113,12 @@ def assumptions(step: Any) -> list[str]:
     half = "fp16" if s.precision.startswith("fp16") else "bf16"
     sharded_mixed = (
         f"ZeRO-3 with {half} mixed precision as FSDP and DeepSpeed run it "
-        f"(FSDP2: MixedPrecisionPolicy(param_dtype={half}, reduce_dtype=fp32)): "
-        "fp32 shards of the weights, gradients and optimizer states; each layer "
+        + (
+            f"(FSDP1: MixedPrecision(param_dtype={half}, reduce_dtype=fp32)): "
+            if s.fsdp_version == 1
+            else f"(FSDP2: MixedPrecisionPolicy(param_dtype={half}, reduce_dtype=fp32)): "
+        )
+        + "fp32 shards of the weights, gradients and optimizer states; each layer "
         f"is gathered directly in {half} and freed after use, so there are no "
         "autocast copies; gradients are reduced in fp32."
     )
@@ -284,6 +288,10 @@ def assumptions(step: Any) -> list[str]:
             "(held until the root's reduction); with several micro-batches the "
             "gradient shards exist from the first and are added to in place",
         }[s.zero_stage]
+        if s.fsdp_version == 1:
+            from .fsdp1 import description
+
+            kind = description(step)
         notes.append(f"{s.n_gpus} GPUs, {kind}; figures are per GPU.")
         root_heavy = (
             step.fsdp and step.fsdp["root_params"] > spec.n_layers * step.fsdp["layer_params"]
@@ -294,7 +302,11 @@ def assumptions(step: Any) -> list[str]:
                 "more per GPU than ZeRO-2: at the end of backward the root's gathered "
                 "parameters, their unsharded gradients and its reduce-scatter input exist at once."
             )
-    if s.no_sync:
+    if s.no_sync and s.fsdp_version == 1:
+        from .fsdp1 import no_sync_note
+
+        notes.append(no_sync_note(step))
+    elif s.no_sync:
         notes.append(
             "no_sync: gradients are reduced on the last micro-batch only (FSDP2's "
             "set_requires_gradient_sync(False), what the Trainer does under FSDP), so "

@@ -574,3 +574,27 @@ def test_lora_on_the_output_head_reaches_the_estimate(capsys) -> None:
     assert data["settings"]["lora_targets"] == ["q_proj", "v_proj", "lm_head"]
     without = estimate("llama-2-7b", method="lora", lora_targets=("q_proj", "v_proj"))
     assert data["total_bytes"] > without.total_bytes
+
+
+def test_fsdp_version_reaches_the_estimate(capsys) -> None:
+    args = ("--model", "llama-2-7b", "--method", "lora", "--precision", "bf16")
+    args += ("--lora-dtype", "bf16", "--n-gpus", "2", "--zero-stage", "3")
+    args += ("--gradient-accumulation", "4", "--no-sync")
+    kw = dict(
+        method="lora",
+        precision="bf16",
+        lora_dtype="bf16",
+        n_gpus=2,
+        zero_stage=3,
+        gradient_accumulation=4,
+        no_sync=True,
+    )
+    code, out, _ = run(capsys, *args, "--fsdp-version", "1", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["settings"]["fsdp_version"] == 1
+    assert data["total_bytes"] == estimate("llama-2-7b", fsdp_version=1, **kw).total_bytes
+    # FSDP1 keeps every layer's whole gradient unsharded under no_sync; FSDP2 the adapters'
+    assert data["total_bytes"] > 1.5 * estimate("llama-2-7b", **kw).total_bytes
+    assert any("ZeRO-3 as FSDP1" in a for a in data["assumptions"])
+    code, out, err = run(capsys, "--model", "llama-2-7b", "--fsdp-version", "1")
+    assert code != 0 and "applies to ZeRO-3 only" in out + err

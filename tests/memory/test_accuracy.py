@@ -912,10 +912,131 @@ GRID = [
 ]
 
 
+# ZeRO-3 as FSDP1 (fsdp_version=1): flat parameters per decoder layer and the root,
+# use_orig_params, measured with PyTorch's FullyShardedDataParallel; full fine-tuning and LoRA,
+# mixed and pure bf16, 2, 3 and 4 GPUs, with and without no_sync
+FSDP1 = dict(zero_stage=3, fsdp_version=1)
+FSDP1_ROWS = [
+    ("wide", dict(batch_size=2, seq_len=256, n_gpus=2, **FSDP1)),
+    ("wide", dict(batch_size=2, seq_len=256, n_gpus=4, precision="bf16", **FSDP1)),
+    (
+        "wide",
+        dict(batch_size=2, seq_len=256, n_gpus=2, method="lora", precision="bf16-mixed", **FSDP1),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=2,
+            seq_len=256,
+            n_gpus=4,
+            method="lora",
+            precision="bf16",
+            lora_dtype="bf16",
+            **FSDP1,
+        ),
+    ),
+    ("wide", dict(batch_size=4, seq_len=512, n_gpus=2, gradient_checkpointing=True, **FSDP1)),
+    (
+        "wide",
+        dict(
+            batch_size=4,
+            seq_len=512,
+            n_gpus=4,
+            method="lora",
+            precision="bf16-mixed",
+            gradient_checkpointing=True,
+            **FSDP1,
+        ),
+    ),
+    ("wide", dict(batch_size=1, seq_len=128, n_gpus=3, precision="fp32", **FSDP1)),
+    ("wide", dict(batch_size=2, seq_len=256, n_gpus=2, gradient_accumulation=2, **FSDP1)),
+    ("llama", dict(batch_size=2, seq_len=128, n_gpus=4, **FSDP1)),
+    (
+        "llama",
+        dict(batch_size=2, seq_len=128, n_gpus=2, method="lora", precision="bf16-mixed", **FSDP1),
+    ),
+    (
+        "qwen",
+        dict(
+            batch_size=4,
+            seq_len=256,
+            n_gpus=2,
+            method="lora",
+            precision="bf16",
+            lora_dtype="bf16",
+            **FSDP1,
+        ),
+    ),
+    ("gpt2", dict(batch_size=2, seq_len=128, n_gpus=2, **FSDP1)),
+    (
+        "wide",
+        dict(batch_size=2, seq_len=256, n_gpus=2, gradient_accumulation=2, no_sync=True, **FSDP1),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=2,
+            seq_len=256,
+            n_gpus=4,
+            gradient_accumulation=3,
+            precision="bf16",
+            no_sync=True,
+            **FSDP1,
+        ),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=2,
+            seq_len=256,
+            n_gpus=2,
+            gradient_accumulation=2,
+            method="lora",
+            precision="bf16-mixed",
+            no_sync=True,
+            **FSDP1,
+        ),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=2,
+            seq_len=256,
+            n_gpus=4,
+            gradient_accumulation=3,
+            method="lora",
+            precision="bf16",
+            lora_dtype="bf16",
+            no_sync=True,
+            **FSDP1,
+        ),
+    ),
+    (
+        "wide",
+        dict(
+            batch_size=1,
+            seq_len=256,
+            n_gpus=4,
+            gradient_accumulation=2,
+            method="lora",
+            precision="bf16",
+            lora_dtype="bf16",
+            gradient_checkpointing=True,
+            no_sync=True,
+            **FSDP1,
+        ),
+    ),
+    (
+        "llama",
+        dict(batch_size=2, seq_len=128, n_gpus=4, gradient_accumulation=2, no_sync=True, **FSDP1),
+    ),
+]
+
 GRID += FAMILY_ROWS
 GRID += MOE_ROWS
 GRID += GPT_OSS_ROWS
 GRID += LAYER_TYPE_ROWS
+GRID += FSDP1_ROWS
 
 
 def _id(case: tuple[str, dict]) -> str:
@@ -998,6 +1119,20 @@ def test_grid_covers_what_it_claims() -> None:
     assert {kw.get("method", "full") for kw in no_sync} >= {"full", "lora"}
     assert {kw.get("precision", "bf16-mixed") for kw in no_sync} >= {"bf16-mixed", "bf16"}
     assert any(kw.get("gradient_checkpointing") for kw in no_sync)
+    fsdp1 = [kw for _, kw in GRID if kw.get("fsdp_version") == 1]
+    assert {kw.get("method", "full") for kw in fsdp1} == {"full", "lora"}
+    assert {kw.get("precision", "bf16-mixed") for kw in fsdp1} >= {"bf16-mixed", "bf16"}
+    assert {kw["n_gpus"] for kw in fsdp1} >= {2, 4}
+    assert {
+        (kw.get("method", "full"), kw.get("precision", "bf16-mixed"))
+        for kw in fsdp1
+        if kw.get("no_sync")
+    } >= {
+        ("full", "bf16-mixed"),
+        ("full", "bf16"),
+        ("lora", "bf16-mixed"),
+        ("lora", "bf16"),
+    }
     for family in FAMILY_SPECS:
         rows = {
             (kw.get("method", "full"), kw["gradient_checkpointing"])

@@ -240,7 +240,12 @@ def test_import_stays_light_and_estimate_needs_no_torch() -> None:
 
 
 # lessonkit's modules that need torch, as their docstrings say; measure() imports them
-NEEDS_TORCH = {"memory.tracking", "memory.standins", "memory.real_bitsandbytes"}
+NEEDS_TORCH = {
+    "memory.tracking",
+    "memory.standins",
+    "memory.real_bitsandbytes",
+    "memory.fsdp1_wrapping",
+}
 
 
 def test_every_public_module_imports_without_torch() -> None:
