@@ -91,7 +91,7 @@ def test_rows_over_10_percent_or_left_out_are_explained(row) -> None:
 
 def test_the_old_bitsandbytes_rows_need_its_behaviour() -> None:
     """bitsandbytes before 0.43.2 kept each 4-bit layer's input: with today's behaviour every
-    QLoRA row of 2023-24 comes out more than 8 points lower than with the old one."""
+    QLoRA row of 2023-24 comes out more than 7 points lower than with the old one."""
     # LitGPT quantizes with bitsandbytes; torchtune's QLoRA row with torchao's NF4Tensor
     qlora = [
         r for r in ROWS if r["settings"]["method"] == "qlora" and r["source"].startswith("litgpt")
@@ -99,7 +99,7 @@ def test_the_old_bitsandbytes_rows_need_its_behaviour() -> None:
     assert len(qlora) >= 6
     for row in qlora:
         assert row["settings"]["bitsandbytes"] == "before-0.43.2"
-        assert error(row, bitsandbytes="current") < error(row) - 0.08
+        assert error(row, bitsandbytes="current") < error(row) - 0.07
     # the 2023 rows (bitsandbytes 0.41.1) come within 10% only with the old behaviour
     for row in (r for r in qlora if r["source"] == "litgpt-2023"):
         assert abs(error(row)) <= 0.10
