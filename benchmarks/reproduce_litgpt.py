@@ -78,6 +78,8 @@ LITGPT_NAMES = {
     "mistral-7b": "Mistral-7B-v0.1",
     "llama-3.1-8b": "Llama-3.1-8B",
 }
+# rows whose model is a config dict (LitGPT's untied lm_head) named by its Hub id
+LITGPT_HUB_NAMES = {"google/gemma-2b": "Gemma-2b", "google/gemma-2-2b": "Gemma-2-2b"}
 # Llama 3.2, which litgpt 0.4.9 predates: litgpt/config.py at commit 00af8b0d (Lightning-AI/litgpt
 # #1750), an untied lm_head; the rows' models are config dicts named by their Hub id
 LITGPT_CONFIGS = {
@@ -201,19 +203,22 @@ def litgpt_model(settings: dict, bf16_head: bool = False) -> nn.Module:
     from litgpt.lora import GPT, Config, mark_only_lora_as_trainable
 
     model = settings["model"]
+    targets = set(settings["lora_targets"])
     lora_settings = dict(
         lora_r=settings["lora_rank"],
         lora_alpha=16,
         lora_dropout=settings["lora_dropout"],
-        lora_query=True,
-        lora_key=False,
-        lora_value=True,
-        lora_projection=False,
-        lora_mlp=False,
-        lora_head=False,
+        lora_query="q_proj" in targets,
+        lora_key="k_proj" in targets,
+        lora_value="v_proj" in targets,
+        lora_projection="o_proj" in targets,
+        lora_mlp=bool(targets & {"gate_proj", "up_proj", "down_proj"}),
+        lora_head="lm_head" in targets,
     )
-    if isinstance(model, dict):
+    if isinstance(model, dict) and model["name_or_path"] in LITGPT_CONFIGS:
         config = Config(**LITGPT_CONFIGS[model["name_or_path"]], **lora_settings)
+    elif isinstance(model, dict):
+        config = Config.from_name(LITGPT_HUB_NAMES[model["name_or_path"]], **lora_settings)
     else:
         config = Config.from_name(LITGPT_NAMES[model], **lora_settings)
     torch.set_default_dtype(torch.bfloat16)
@@ -550,7 +555,8 @@ def litgpt_name(model: str | dict) -> str | None:
     """The row's model as --model names it, or None where litgpt is not set up for it."""
     if isinstance(model, dict):
         hub_id = model.get("name_or_path", "")
-        return hub_id.split("/")[-1].lower() if hub_id in LITGPT_CONFIGS else None
+        known = hub_id in LITGPT_CONFIGS or hub_id in LITGPT_HUB_NAMES
+        return hub_id.split("/")[-1].lower() if known else None
     return model if model in LITGPT_NAMES else None
 
 
@@ -565,7 +571,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--model",
-        choices=sorted([*LITGPT_NAMES, *(name.split("/")[-1].lower() for name in LITGPT_CONFIGS)]),
+        choices=sorted(
+            [
+                *LITGPT_NAMES,
+                *(n.split("/")[-1].lower() for n in [*LITGPT_CONFIGS, *LITGPT_HUB_NAMES]),
+            ]
+        ),
         action="append",
         help="only the rows of this model (repeatable)",
     )
