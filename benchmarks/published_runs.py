@@ -2,9 +2,9 @@
 
 Reads tests/published_runs.json (each source with repository, path, commit, address, date and
 what it measured; each row with the published figure, the source's own words and the settings)
-and prints, for each row, the estimate's tensor peak and its error, the median |error| of each
-source and of all single-GPU rows, and the runs not compared yet. The same rows are asserted by
-tests/memory/test_published_runs.py.
+and prints, for each row, the estimate's counterpart of the measured figure and its error, the
+median |error| of each source and of all single-GPU rows, and the runs not compared yet. The
+same rows are asserted by tests/memory/test_published_runs.py.
 Usage: python benchmarks/published_runs.py
 """
 
@@ -45,9 +45,10 @@ def main() -> None:
         "`benchmarks/published_runs.py`). Sizes in GiB (2**30 bytes); the published figure "
         "also as the source gives it, in decimal GB (1e9 bytes), as do the sources' own notes "
         "quoted below and in the table's last columns. "
-        "*Measured* says what the source measured; the estimate's figure is its tensor peak "
-        "(no CUDA context, no allocator margin), the counterpart of "
-        "`torch.cuda.max_memory_allocated`. Each row in the JSON file also quotes the "
+        "*Measured* says what the source measured; the estimate's figure is its counterpart: "
+        "for `torch.cuda.max_memory_allocated` the allocated peak (no CUDA context, no "
+        "allocator margin, no paged optimizer states), for `torch.cuda.max_memory_reserved` "
+        "that peak plus the allocator margin. Each row in the JSON file also quotes the "
         "source's line and the settings it was read from.\n"
     )
     for key, source in DATA["sources"].items():

@@ -15,6 +15,8 @@ estimate:
   0.42.0's Linear4bit (the version litgpt 0.4.5-0.4.12 pin; it cannot run without CUDA, and
   later versions free the layer's input, so it is emulated below). With --explain, QLoRA rows
   also print the steps from one fresh step with a bf16 head to the reproduced peak.
+- litgpt-config-hub-2024-09 (one A10G): the same for the Llama 3.2 rows, whose models litgpt
+  0.4.9 predates: built from the Llama 3.2 configs of litgpt's commit 00af8b0d (LITGPT_CONFIGS).
 - litgpt-2023-multi-gpu (2 or 4 A100s): lit-gpt's October 2023 finetune/lora.py under Lightning
   2.1.0's FSDPStrategy: PyTorch's FSDP1 with the arguments Lightning passes (use_orig_params=True
   among them), on a fake process group (rank 0), through the checkpoint load, the validation
@@ -30,7 +32,7 @@ Needs litgpt 0.4.9, which is NOT a dependency of lessonkit. In lessonkit's measu
     pip install --no-deps litgpt==0.4.9 lightning==2.4.0 lightning-utilities==0.15.3 torchmetrics==1.9.0
 Figures were checked with torch 2.13.0 (CPU build).
 
-Usage: python benchmarks/reproduce_litgpt.py [--source hub|fsdp] [--model NAME]
+Usage: python benchmarks/reproduce_litgpt.py [--source hub|hub-llama-3.2|fsdp] [--model NAME]
            [--micro-batch N] [--explain] [--extra] [--repeats N]
   e.g. `--source hub --explain` (about 35 s on 2 CPU cores: 3 s a run) or
   `--source fsdp --model llama-2-7b --micro-batch 1 --repeats 1` (about 40 s: 15-25 s a run);
@@ -65,12 +67,40 @@ INSTALL = (
     "pip install --no-deps litgpt==0.4.9 lightning==2.4.0 lightning-utilities==0.15.3 "
     "torchmetrics==1.9.0"
 )
-SOURCES = {"hub": "litgpt-config-hub-2024", "fsdp": "litgpt-2023-multi-gpu"}
+SOURCES = {
+    "hub": "litgpt-config-hub-2024",
+    "hub-llama-3.2": "litgpt-config-hub-2024-09",
+    "fsdp": "litgpt-2023-multi-gpu",
+}
 LITGPT_NAMES = {
     "llama-2-7b": "Llama-2-7b-hf",
     "llama-2-13b": "Llama-2-13b-hf",
     "mistral-7b": "Mistral-7B-v0.1",
     "llama-3.1-8b": "Llama-3.1-8B",
+}
+# rows whose model is a config dict (LitGPT's untied lm_head) named by its Hub id
+LITGPT_HUB_NAMES = {"google/gemma-2b": "Gemma-2b", "google/gemma-2-2b": "Gemma-2-2b"}
+# Llama 3.2, which litgpt 0.4.9 predates: litgpt/config.py at commit 00af8b0d (Lightning-AI/litgpt
+# #1750), an untied lm_head; the rows' models are config dicts named by their Hub id
+LITGPT_CONFIGS = {
+    f"meta-llama/Llama-3.2-{size}": dict(
+        name=f"Llama-3.2-{size}",
+        block_size=8192,
+        vocab_size=128000,
+        padded_vocab_size=128256,
+        n_layer=layers,
+        n_embd=width,
+        n_head=heads,
+        n_query_groups=8,
+        rotary_percentage=1.0,
+        parallel_residual=False,
+        bias=False,
+        norm_class_name="RMSNorm",
+        mlp_class_name="LLaMAMLP",
+        intermediate_size=8192,
+        rope_base=500000,
+    )
+    for size, layers, width, heads in (("1B", 16, 2048, 32), ("3B", 28, 3072, 24))
 }
 ALPACA_LONGEST = 1304  # the 2023 tables' model.max_seq_length: the longest Llama 2 Alpaca example
 LATER_LENGTH = 256  # a later micro-batch: random Alpaca samples, mostly far shorter
@@ -172,18 +202,25 @@ def litgpt_model(settings: dict, bf16_head: bool = False) -> nn.Module:
     fabric.init_module does (meta device, bf16), 4-bit layers for QLoRA."""
     from litgpt.lora import GPT, Config, mark_only_lora_as_trainable
 
-    config = Config.from_name(
-        LITGPT_NAMES[settings["model"]],
+    model = settings["model"]
+    targets = set(settings["lora_targets"])
+    lora_settings = dict(
         lora_r=settings["lora_rank"],
         lora_alpha=16,
         lora_dropout=settings["lora_dropout"],
-        lora_query=True,
-        lora_key=False,
-        lora_value=True,
-        lora_projection=False,
-        lora_mlp=False,
-        lora_head=False,
+        lora_query="q_proj" in targets,
+        lora_key="k_proj" in targets,
+        lora_value="v_proj" in targets,
+        lora_projection="o_proj" in targets,
+        lora_mlp=bool(targets & {"gate_proj", "up_proj", "down_proj"}),
+        lora_head="lm_head" in targets,
     )
+    if isinstance(model, dict) and model["name_or_path"] in LITGPT_CONFIGS:
+        config = Config(**LITGPT_CONFIGS[model["name_or_path"]], **lora_settings)
+    elif isinstance(model, dict):
+        config = Config.from_name(LITGPT_HUB_NAMES[model["name_or_path"]], **lora_settings)
+    else:
+        config = Config.from_name(LITGPT_NAMES[model], **lora_settings)
     torch.set_default_dtype(torch.bfloat16)
     try:
         with torch.device("meta"):
@@ -514,17 +551,32 @@ def fsdp_extra(rows: list[dict], repeats: int) -> None:
             )
 
 
+def litgpt_name(model: str | dict) -> str | None:
+    """The row's model as --model names it, or None where litgpt is not set up for it."""
+    if isinstance(model, dict):
+        hub_id = model.get("name_or_path", "")
+        known = hub_id in LITGPT_CONFIGS or hub_id in LITGPT_HUB_NAMES
+        return hub_id.split("/")[-1].lower() if known else None
+    return model if model in LITGPT_NAMES else None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--source",
         choices=sorted(SOURCES),
         action="append",
-        help="hub: litgpt-config-hub-2024, fsdp: litgpt-2023-multi-gpu (default: both)",
+        help="hub: litgpt-config-hub-2024, hub-llama-3.2: litgpt-config-hub-2024-09, "
+        "fsdp: litgpt-2023-multi-gpu (default: all)",
     )
     parser.add_argument(
         "--model",
-        choices=sorted(LITGPT_NAMES),
+        choices=sorted(
+            [
+                *LITGPT_NAMES,
+                *(n.split("/")[-1].lower() for n in [*LITGPT_CONFIGS, *LITGPT_HUB_NAMES]),
+            ]
+        ),
         action="append",
         help="only the rows of this model (repeatable)",
     )
@@ -557,13 +609,13 @@ def main(argv: list[str] | None = None) -> None:
             for r in data["rows"]
             if r["source"] == SOURCES[short]
             and r["settings"]["method"] in ("lora", "qlora")
-            and r["settings"]["model"] in LITGPT_NAMES
-            and (not args.model or r["settings"]["model"] in args.model)
+            and litgpt_name(r["settings"]["model"]) is not None
+            and (not args.model or litgpt_name(r["settings"]["model"]) in args.model)
             and (not args.micro_batch or r["settings"]["batch_size"] in args.micro_batch)
         ]
         print(f"## {SOURCES[short]} (torch {torch.__version__}, litgpt {LITGPT}); GB = 1e9 bytes")
         for row in rows:
-            if short == "hub":
+            if short.startswith("hub"):
                 hub_row(row, args.explain)
             else:
                 fsdp_row(row, args.repeats)

@@ -1,10 +1,12 @@
 """The calculator against published measured runs (tests/published_runs.json).
 
 Each row is a run someone published with its peak memory and complete settings; the estimate
-is computed with the same settings and compared with what the source measured (for
-``torch.cuda.max_memory_allocated``: the estimate's tensor peak, without the CUDA context and
-the allocator margin). Target, over the single-GPU rows of every source: median |error| within
-10%, and every row over 10% (or left out of the target) explained in its ``explained`` field.
+is computed with the same settings and compared with what the source measured (its
+``compared_as``: for ``torch.cuda.max_memory_allocated``, the default, the estimate's allocated
+peak, without the CUDA context, the allocator margin and the paged optimizer states; for
+``max_memory_reserved``, that peak plus the allocator margin). Target, over the single-GPU rows
+of every source: median |error| within 10%, and every row over 10% (or left out of the target)
+explained in its ``explained`` field.
 """
 
 from __future__ import annotations
@@ -26,11 +28,19 @@ MEASURES = ("max_memory_allocated", "max_memory_reserved", "nvidia-smi")
 
 
 def estimated_gb(row: dict, **changes) -> float:
+    """The estimate's counterpart of what the row's source measured (its ``compared_as``)."""
     settings = dict(row["settings"]) | changes
     model = settings.pop("model")
     if isinstance(settings.get("lora_targets"), list):
         settings["lora_targets"] = tuple(settings["lora_targets"])
-    return estimate(model, **settings).tensor_bytes / 1e9
+    report = estimate(model, **settings)
+    compared_as = DATA["sources"][row["source"]].get("compared_as", "max_memory_allocated")
+    figure = {
+        "max_memory_allocated": report.allocated_peak_bytes,
+        "max_memory_reserved": report.reserved_bytes,
+        "nvidia-smi": report.total_bytes,
+    }[compared_as]
+    return figure / 1e9
 
 
 def error(row: dict, **changes) -> float:
@@ -51,6 +61,8 @@ def test_every_row_names_its_source_and_what_it_measured() -> None:
         assert source["url"].startswith("https://"), key
         assert source["as_of"][:2] == "20" and source["as_of"] in source["as_of_basis"], key
         assert any(m in source["measured"] for m in MEASURES), key
+        compared_as = source.get("compared_as", "max_memory_allocated")
+        assert compared_as in MEASURES and compared_as in source["measured"], key
     for row in ROWS:
         assert row["source"] in DATA["sources"]
         assert row["published_gb"] > 0
@@ -79,12 +91,15 @@ def test_rows_over_10_percent_or_left_out_are_explained(row) -> None:
 
 def test_the_old_bitsandbytes_rows_need_its_behaviour() -> None:
     """bitsandbytes before 0.43.2 kept each 4-bit layer's input: with today's behaviour every
-    QLoRA row of 2023-24 comes out more than 8 points lower than with the old one."""
-    qlora = [r for r in ROWS if r["settings"]["method"] == "qlora"]
+    QLoRA row of 2023-24 comes out more than 7 points lower than with the old one."""
+    # LitGPT quantizes with bitsandbytes; torchtune's QLoRA row with torchao's NF4Tensor
+    qlora = [
+        r for r in ROWS if r["settings"]["method"] == "qlora" and r["source"].startswith("litgpt")
+    ]
     assert len(qlora) >= 6
     for row in qlora:
         assert row["settings"]["bitsandbytes"] == "before-0.43.2"
-        assert error(row, bitsandbytes="current") < error(row) - 0.08
+        assert error(row, bitsandbytes="current") < error(row) - 0.07
     # the 2023 rows (bitsandbytes 0.41.1) come within 10% only with the old behaviour
     for row in (r for r in qlora if r["source"] == "litgpt-2023"):
         assert abs(error(row)) <= 0.10
