@@ -382,6 +382,14 @@ class ModelSpec:
             self.gated_mlp,
         )
 
+    @property
+    def params_text(self) -> str:
+        """ "6.74B params", or for a mixture of experts "30.53B params, 3.35B active"."""
+        text = f"{self.n_params / 1e9:.2f}B params"
+        if self.n_experts:
+            text += f", {self.active_params / 1e9:.2f}B active"
+        return text
+
     def lora_shapes(self, targets: tuple[str, ...] | str) -> list[tuple[int, int]]:
         """Per-layer (in, out) of the linear layers that LoRA ``targets`` select."""
         shapes = self.linear_shapes()
