@@ -186,3 +186,17 @@ def test_the_oom_cli_diagnoses_a_moe_run(capsys):
     direct = oom_doctor(A100_OOM, model="mixtral-8x7b", method="lora", batch_size=8, seq_len=2048)
     assert [f["key"] for f in data["fixes"]] == [f.key for f in direct.fixes]
     assert data["fixes"] and all(f["peak_bytes"] <= direct.budget_bytes for f in data["fixes"])
+
+
+@pytest.mark.parametrize("model", NEW_PRESETS)
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_the_recommender_takes_each_new_preset(model, method):
+    spec = resolve_model(model)
+    rec = recommend(model, method=method)
+    assert rec.options and rec.model.name == model
+    for option in rec.options[:12]:
+        report = estimate(spec, **option.settings, device="cuda")
+        assert report.total_bytes == option.peak_bytes <= option.usable_bytes
+        assert option.usable_bytes == get_gpu(option.gpu).usable_bytes
+        if spec.n_experts and option.count == 1:  # QLoRA too: the experts stay in 16 bits
+            assert option.peak_bytes > 2 * (spec.n_params - spec.active_params)
