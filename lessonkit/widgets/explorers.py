@@ -11,7 +11,8 @@ method brings its usual precision; a change that rules out a memory saver switch
 redraws once. A callback never raises: a failing estimate is shown as a message in the readout.
 
 The readout gives the peak per GPU, its phase and largest parts (and when a change moved it to
-another phase), the GPUs it fits on; where it fits none, the changes of the kit's own search
+another phase), the setup, for a mixture of experts its total and active parameters (and that
+QLoRA leaves the experts unquantized), the GPUs it fits on; where it fits none, the changes of the kit's own search
 that make it fit the largest, each with its new peak (widgets/advice.py). Batch sizes are per
 GPU; "single GPU" is said only while one GPU is selected.
 
