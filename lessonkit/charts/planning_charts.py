@@ -23,22 +23,58 @@ from .palette import ALERT_COLOR, TIER_COLORS
 FONT_SIZE = 9  # every text, at the size the chart is shown (see charts/layout.py)
 
 
-def not_possible_text(note: str, chars: int = 60) -> str:
+def not_possible_text(note: str, chars: int = 60, width: float | None = None) -> str:
     """A row's label where the run is not possible: the reason's first clause (the whole
-    reason is in the explorer's readout and the rows), on at most two lines of ``chars``."""
+    reason is in the explorer's readout and the rows), on at most two lines of ``chars``
+    characters, or, given ``width``, of at most that many points of 9 pt text as drawn."""
     if not note:
         return "not possible"
     clause = re.split(r"[:;] ", note, maxsplit=1)[0].strip().rstrip(".")
-    lines = textwrap.wrap(f"not possible: {clause}", max(20, chars))
+    text = f"not possible: {clause}"
+    if width is not None:
+        return _wrap_to_width(text, width)
+    lines = textwrap.wrap(text, max(20, chars))
     if len(lines) > 2:
         lines = [lines[0], textwrap.shorten(" ".join(lines[1:]), max(20, chars), placeholder="…")]
     return "\n".join(lines)
 
 
-def _label_chars(ax: Any) -> int:
-    """How many characters of a 9 pt label fit across the axes."""
-    width = ax.get_position().width * ax.figure.get_size_inches()[0] * 72
-    return int(width * 0.95 / (0.6 * FONT_SIZE))
+def _text_width(text: str) -> float:
+    """The width in points of ``text`` drawn at FONT_SIZE in matplotlib's default font."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    width, _, _ = TextToPath().get_text_width_height_descent(
+        text, FontProperties(size=FONT_SIZE), ismath=False
+    )
+    return float(width)
+
+
+def _wrap_to_width(text: str, width: float) -> str:
+    """``text`` on one line if it fits in ``width`` points, else two, the second cut with "…"
+    where the rest does not fit either (each line as long as the width allows)."""
+    words, lines = text.split(), [""]
+    for word in words:
+        line = f"{lines[-1]} {word}".strip()
+        if _text_width(line) <= width or not lines[-1]:
+            lines[-1] = line
+        elif len(lines) == 1:
+            lines.append(word)
+        else:  # a third line: cut the second where it fits, with "…"
+            lines[-1] = f"{lines[-1]} {word}"
+            break
+    if len(lines) == 2 and _text_width(lines[1]) > width:
+        second = lines[1]
+        while second and _text_width(second + "…") > width:
+            second = second.rsplit(" ", 1)[0] if " " in second else second[:-1]
+        lines[1] = second + "…"
+    return "\n".join(lines)
+
+
+def _label_width(ax: Any) -> float:
+    """The points a 9 pt label has across the axes: from where it starts (1% of the axes in)
+    to the right edge, less a margin that keeps it off the spine."""
+    return float(ax.get_position().width * ax.figure.get_size_inches()[0] * 72 * 0.99 - 12)
 
 
 def environment_row(row: Any) -> dict[str, Any]:
@@ -103,7 +139,7 @@ def update_environment_costs(ax: Any, drawn: dict[str, Any], rows: Sequence[Any]
         patch.set_width(cost)
         patch.set_facecolor(TIER_COLORS.get(d["tier"], "#4C72B0"))
         if d["cost"] is None:
-            text, color = not_possible_text(d["note"], _label_chars(ax)), ALERT_COLOR
+            text, color = not_possible_text(d["note"], width=_label_width(ax)), ALERT_COLOR
         else:
             hours = d["hours"]
             text = f"${cost:,.2f}"
@@ -151,13 +187,17 @@ def update_environment_costs(ax: Any, drawn: dict[str, Any], rows: Sequence[Any]
 
 
 def place_environment_labels(ax: Any, drawn: dict[str, Any], renderer: Any = None) -> None:
-    """A label that would run past the axes' right edge goes inside its bar, in white."""
+    """A label that would run past the axes' right edge goes inside its bar, in white; a row
+    that is not possible has its reason wrapped to the axes' width."""
     renderer = renderer or ax.figure._get_renderer()
     frame = ax.bbox
     pad = 3 * ax.figure.dpi / 72
     to_data = ax.transData.inverted()
     for cost, label, row in zip(drawn["costs"], drawn["labels"], drawn["rows"], strict=True):
-        if row["cost"] is None:
+        if row["cost"] is None:  # wrapped again for the axes' final width (a tight layout's)
+            text = not_possible_text(row["note"], width=_label_width(ax))
+            if label.get_text() != text:
+                label.set_text(text)
             continue
         end = ax.transData.transform((cost, 0))[0]
         label.set_horizontalalignment("left")

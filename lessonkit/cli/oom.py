@@ -26,7 +26,7 @@ OOM_EPILOG = """exit codes:
 
 examples:
   lessonkit oom "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
-    14.74 GiB of which 1.04 GiB is free. ..." --model llama-2-7b --method qlora --batch-size 8
+    14.75 GiB of which 1.04 GiB is free. ..." --model llama-2-7b --method qlora --batch-size 8
   python train.py 2>&1 | lessonkit oom --model 7B --batch-size 4 --seq-len 2048"""
 CHUNK_BYTES = 2**20  # bytes of standard input read at a time
 

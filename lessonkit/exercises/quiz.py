@@ -100,6 +100,16 @@ def _checkpointing_shrinks() -> str:
     return "saved-activations-for-recomputation" if saved < plain else "precision-of-the-weights"
 
 
+@_answer("moe_weights_memory")
+def _moe_weights_memory() -> str:
+    from ..memory.estimating import estimate
+
+    run = estimate("qwen3-30b-a3b", method="lora", precision="bf16")
+    every_expert = 2 * run.model.n_params  # bf16: 2 bytes for each parameter held
+    held = run.breakdown["weights"] >= 0.99 * every_expert
+    return "all-its-parameters-every" if held else "its-active-parameters-about"
+
+
 @_answer("sixteen_gb_card")
 def _sixteen_gb_card() -> str:
     from ..hardware.gpus import get_gpu

@@ -188,10 +188,7 @@ class MemoryReport:
 
     def _params_text(self) -> str:
         """ "6.74B params", or with experts "30.53B params, 3.35B active"."""
-        text = f"{self.model.n_params / 1e9:.2f}B params"
-        if self.model.active_params != self.model.n_params:
-            text += f", {self.model.active_params / 1e9:.2f}B active"
-        return text
+        return self.model.params_text
 
     def _settings_line(self) -> str:
         s = self.settings

@@ -431,6 +431,14 @@ class ModelSpec:
             biased=self.family == "gpt_oss",
         )
 
+    @property
+    def params_text(self) -> str:
+        """ "6.74B params", or for a mixture of experts "30.53B params, 3.35B active"."""
+        text = f"{self.n_params / 1e9:.2f}B params"
+        if self.active_params != self.n_params:  # a traced model's experts too
+            text += f", {self.active_params / 1e9:.2f}B active"
+        return text
+
     def lora_shapes(self, targets: tuple[str, ...] | str) -> list[tuple[int, int]]:
         """Per-layer (in, out) of the linear layers that LoRA ``targets`` select."""
         shapes = self.linear_shapes()

@@ -15,7 +15,14 @@ from .course_answers import (
     guide_range_answer,
     t4_answer,
 )
-from .fitting import TIGHT_FRACTION, find_fit, fit_changes, method_label, method_settings
+from .fitting import (
+    TIGHT_FRACTION,
+    find_fit,
+    fit_changes,
+    flops_per_token,
+    method_label,
+    method_settings,
+)
 from .guide_claims import (
     a100_price_verdict,
     colab_a100_verdict,
@@ -43,6 +50,7 @@ __all__ = [
     "find_fit",
     "fit_changes",
     "fit_verdict",
+    "flops_per_token",
     "free_tier_experiments_verdict",
     "free_tier_memory_verdict",
     "full_on_one_a100",

@@ -38,6 +38,7 @@ METHOD_WORDS = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}
 # Training FLOPs per parameter per token: forward 2, backward 4 (2 for the activations' gradients,
 # 2 for the weights'); LoRA and QLoRA skip the frozen weights' gradients (adapters are tiny).
 # Kaplan et al. 2020 "Scaling Laws for Neural Language Models", section 2.1: C ~ 6 N per token.
+# N is the parameters a token computes with: a mixture of experts' active ones, not all it holds.
 FLOPS_PER_PARAM = {"full": 6, "lora": 4, "qlora": 4}
 CHECKPOINT_FLOPS = 2  # gradient checkpointing recomputes the forward
 # QLoRA dequantizes every 4-bit weight in the forward and again in the backward: measured about
@@ -64,7 +65,8 @@ def assumptions() -> list[str]:
     t4 = get_gpu("T4")
     return [
         f"Training compute = {FLOPS_PER_PARAM['full']} x parameters x tokens FLOPs for full "
-        f"fine-tuning (Kaplan et al. 2020), {FLOPS_PER_PARAM['lora']} x for LoRA/QLoRA (no weight "
+        "fine-tuning (Kaplan et al. 2020; for a mixture of experts, the active parameters a token "
+        f"computes with), {FLOPS_PER_PARAM['lora']} x for LoRA/QLoRA (no weight "
         f"gradients), +{CHECKPOINT_FLOPS} x with gradient checkpointing; QLoRA takes "
         f"{QLORA_SLOWDOWN:g}x LoRA's time for dequantization (Raschka 2023).",
         f"Attention adds {ATTENTION_FLOPS} x layers x heads x head_dim x seq_len FLOPs per token "
@@ -277,11 +279,14 @@ def find_fit(
 def flops_per_token(
     spec: ModelSpec, method: str, seq_len: int = DEFAULT_SEQ, gradient_checkpointing: bool = False
 ) -> float:
-    """Training FLOPs per token: the weights' matmuls plus attention over ``seq_len`` tokens."""
+    """Training FLOPs per token: the matmuls of the weights a token uses (a mixture of experts'
+    active parameters) plus attention over ``seq_len`` tokens."""
     weights = FLOPS_PER_PARAM[method] + (CHECKPOINT_FLOPS if gradient_checkpointing else 0)
     attention = ATTENTION_FLOPS + (ATTENTION_CHECKPOINT_FLOPS if gradient_checkpointing else 0)
     head_dim = spec.head_dim or spec.hidden_size // spec.n_heads  # set by ModelSpec itself
-    return weights * spec.n_params + attention * spec.n_layers * spec.n_heads * head_dim * seq_len
+    return (
+        weights * spec.active_params + attention * spec.n_layers * spec.n_heads * head_dim * seq_len
+    )
 
 
 def compute_hours(
@@ -466,7 +471,10 @@ def fix_candidates(
             offload["no_sync"] = False  # ZeRO-2 refuses it
         groups.append([offload, offload | ckpt])
     if settings["method"] != "qlora" and settings["n_gpus"] == 1 and not one_device:
-        groups.append([{"n_gpus": n, "zero_stage": 3} for n in (2, 4, 8)])
+        # fewest GPUs first, each also with checkpointing: sharding leaves the activations
+        # whole, so a run whose weights alone overflow one GPU (a mixture of experts) needs both
+        sharded = [{"n_gpus": n, "zero_stage": 3} for n in (2, 4, 8)]
+        groups.append([change | extra for change in sharded for extra in ({}, ckpt)])
     return groups
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
-from ..safe_repr import describe_error, short_str
+from ..safe_repr import describe_error, short_repr, short_str
 from ..units import GiB
 from .oom_messages import WORDINGS, OOMMessage, parse_oom
 
@@ -455,7 +455,7 @@ def _on_one_device(d: Diagnosis, settings: dict[str, Any], single: str) -> None:
     if not asked:
         return
     settings.update({k: SEVERAL_DEVICES[k] for k in asked})
-    words = ", ".join(f"{k}={v!r}" for k, v in asked.items())
+    words = ", ".join(f"{k}={short_repr(v)}" for k, v in asked.items())  # a value may be huge
     d.findings.append(
         f"{single} is a single device: several GPUs, FSDP and DeepSpeed do not run on it, so "
         f"the run is estimated on that one device (your settings said {words}) and no change "

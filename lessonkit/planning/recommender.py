@@ -188,6 +188,7 @@ class Recommendation:
         return {
             "model": self.model.name,
             "n_params": self.model.n_params,
+            "active_params": self.model.active_params,
             "method": self.method,
             "budget_per_hour": None if self.budget in (None, math.inf) else self.budget,
             "platform": self.platform,
@@ -206,7 +207,7 @@ class Recommendation:
 
     def _title(self) -> str:
         parts = [
-            f"{self.model.name} ({self.model.n_params / 1e9:.2f}B params)",
+            f"{self.model.name} ({self.model.params_text})",
             METHOD_WORDS[self.method] if self.method else "any method",
         ]
         if self.budget is not None:

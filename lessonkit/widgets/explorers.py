@@ -11,9 +11,10 @@ method brings its usual precision; a change that rules out a memory saver switch
 redraws once. A callback never raises: a failing estimate is shown as a message in the readout.
 
 The readout gives the peak per GPU, its phase and largest parts (and when a change moved it to
-another phase), the GPUs it fits on; where it fits none, the changes of the kit's own search
-that make it fit the largest, each with its new peak (widgets/advice.py). Batch sizes are per
-GPU; "single GPU" is said only while one GPU is selected.
+another phase), the setup, for a mixture of experts its total and active parameters (and that
+QLoRA leaves the experts unquantized), the GPUs it fits on; where it fits none, the changes of
+the kit's own search that make it fit the largest, each with its new peak (widgets/advice.py).
+Batch sizes are per GPU; "single GPU" is said only while one GPU is selected.
 
 Beside the live widget, a static copy of the readout and the chart (hidden while the widget
 lives) is what a notebook opened without its kernel, GitHub's viewer or nbconvert shows; with
@@ -87,6 +88,7 @@ __all__ = [
     "decision_readout",
     "environment_explorer",
     "environment_rows",
+    "experts_html",
     "fit_summary",
     "gpu_matrix_explorer",
     "peak_html",
@@ -165,6 +167,23 @@ def setup_html(report: Any) -> str:
     return text
 
 
+def experts_html(report: Any) -> str:
+    """For a mixture of experts, a line saying that memory holds every parameter while a token
+    computes with its active ones; "" for a dense model."""
+    spec = report.model
+    if not spec.n_experts:
+        return ""
+    text = (
+        f".<br>Mixture of experts: all {spec.n_experts} experts of each layer are in memory "
+        f"({spec.n_params / 1e9:.2f}B parameters in total), a token computes with "
+        f"{spec.experts_per_token} of them ({spec.active_params / 1e9:.2f}B active parameters)"
+    )
+    if report.settings.get("method") == "qlora":
+        # transformers' bitsandbytes integration swaps nn.Linear only; experts are 3D tensors
+        text += "; QLoRA leaves the experts unquantized (bitsandbytes quantizes linear layers only)"
+    return text
+
+
 def saver_words(settings: dict[str, Any]) -> list[str]:
     """The memory savers of today's recipes that ``settings`` turn on, in words."""
     words = []
@@ -228,7 +247,10 @@ def _fit_lines(report: Any, gpus: list[Any] | None, previous: Any = None) -> str
 
     where = "in the catalog" if gpus is None else "shown"
     gpus = gpu_records.catalog_gpus() if gpus is None else gpus
-    head = f"{peak_html(report)}. {phase_html(report, previous)}<br>Setup: {setup_html(report)}"
+    head = (
+        f"{peak_html(report)}. {phase_html(report, previous)}<br>Setup: {setup_html(report)}"
+        f"{experts_html(report)}"
+    )
     if not gpus:  # no catalog: compare with the cards' full sizes (GiB), an upper bound
         sizes = [s for s in memory_charts.COMMON_GPU_SIZES_GB if report.fits(s * GiB)]
         fits = (

@@ -10,6 +10,7 @@ freed) far below the forward's pile of saved activations. Built like the other e
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 from ..charts.timeline_chart import TimelineChart
@@ -33,8 +34,36 @@ TIMELINE_CONTROLS = [
 ]
 
 
+# The timeline's moment labels (memory/timeline.py), in the words of the readout.
+MOMENT_WORDS = (
+    (r"forward, (\d+) of (\d+) layers", r"in the forward pass, after \1 of \2 layers"),
+    (r"forward, the loss \(logits\)", "at the end of the forward pass, as the loss is computed"),
+    (
+        r"backward, the loss's gradient",
+        "at the start of the backward pass, when the gradients of the logits appear",
+    ),
+    (r"backward, layer (\d+) of (\d+)", r"in the backward pass, at layer \1 of \2"),
+    (r"backward, the end", "at the end of the backward pass"),
+    (r"optimizer step, before", "just before the optimizer step"),
+    (r"optimizer step, after", "just after the optimizer step"),
+)
+
+
+def moment_words(label: str) -> str:
+    """A moment of the step in a sentence: 'backward, layer 5 of 32' becomes 'in the backward
+    pass, at layer 5 of 32'; a bare phase, 'during the backward pass'."""
+    from ..memory.report import phase_words
+
+    for pattern, words in MOMENT_WORDS:
+        if re.fullmatch(pattern, label):
+            return re.sub(pattern, words, label)
+    phase = {"optimizer step": "optimizer"}.get(label, label)
+    return f"during the {phase_words(phase)}"
+
+
 def timeline_readout(report: Any) -> str:
-    """HTML: the peak of tensors, where it happens, and what the backward keeps at its start."""
+    """HTML: the peak of tensors, the moment it happens (in words), and how high the forward
+    and the backward go."""
     timeline = report.timeline
     where = timeline.labels[timeline.peak_index] if timeline.labels else timeline.peak_phase
     forward = [t for t, p in zip(timeline.totals, timeline.phases, strict=True) if p == "forward"]
@@ -48,8 +77,8 @@ def timeline_readout(report: Any) -> str:
         else ""
     )
     return (
-        f"<b>Peak of tensors: {timeline.peak_bytes / GiB:,.2f} GiB</b> "
-        f"({html.escape(where)}); the forward ends at {max(forward, default=0) / GiB:,.1f} "
+        f"<b>Peak of tensors: {timeline.peak_bytes / GiB:,.2f} GiB</b>, "
+        f"{html.escape(moment_words(where))}; the forward ends at {max(forward, default=0) / GiB:,.1f} "
         f"GiB{lows}.<br>Per GPU with the CUDA context and allocator margin: "
         f"{report.total_bytes / GiB:,.2f} GiB."
     )

@@ -288,6 +288,49 @@ def test_a_long_reason_is_cut_to_its_first_clause_on_two_lines_at_most():
     assert charts.planning_charts.not_possible_text("") == "not possible"
 
 
+def test_a_reason_wraps_only_where_the_width_runs_out():
+    planning = charts.planning_charts
+    reason = "no GPU setup it offers has enough memory for this run: the closest needs more"
+    whole = "not possible: no GPU setup it offers has enough memory for this run"
+    wide = planning._text_width(whole)
+    assert planning.not_possible_text(reason, width=wide + 1) == whole  # one line when it fits
+    two = planning.not_possible_text(reason, width=wide * 0.7)
+    first, second = two.split("\n")
+    assert two.replace("\n", " ") == whole
+    assert planning._text_width(first) <= wide * 0.7
+    # the first line takes every word that fits: the next one would not
+    assert planning._text_width(f"{first} {second.split()[0]}") > wide * 0.7
+    cut = planning.not_possible_text("word " * 60, width=wide * 0.5)
+    assert cut.count("\n") == 1 and cut.endswith("…")
+    assert all(planning._text_width(line) <= wide * 0.5 for line in cut.split("\n"))
+
+
+@pytest.mark.parametrize("layout_kind", ["explorer", "notebook"])
+def test_not_possible_labels_use_the_width_of_the_axes(layout_kind):
+    from lessonkit.widgets.explorers import environment_rows
+
+    rows = environment_rows(lk.recommend("70B", method="full", tokens=50e6))
+    if layout_kind == "explorer":
+        figure = explorer_figure(7.5, 4.2, left=0.27, right=0.97, bottom=0.12, top=0.88)
+        ax = figure.add_subplot()
+        charts.draw_environment_costs(ax, rows)
+    else:  # notebook 3: a tight layout narrows the axes after the labels are set
+        figure, ax = plt.subplots(figsize=(8, 4.8))
+        charts.draw_environment_costs(ax, rows)
+        figure.tight_layout()
+    readable(figure)  # draws: the labels are placed for the final axes
+    renderer = figure.canvas.get_renderer()
+    labels = [t for t in ax.texts if t.get_text().startswith("not possible")]
+    assert labels
+    for label in labels:
+        box = label.get_window_extent(renderer)
+        assert ax.bbox.x0 <= box.x0 and box.x1 <= ax.bbox.x1, label.get_text()
+        one_line = label.get_text().replace("\n", " ")
+        room = ax.bbox.width * 72 / figure.dpi * 0.99 - 12
+        if charts.planning_charts._text_width(one_line) <= room:
+            assert "\n" not in label.get_text(), label.get_text()
+
+
 @pytest.mark.parametrize(
     ("size", "budget"), [("7B", "low"), ("8B", "high"), ("70B", None), ("13B", None)]
 )

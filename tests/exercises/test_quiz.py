@@ -124,3 +124,18 @@ def test_the_quiz_cells_run_and_report_not_answered(capsys):
     for qid in quiz_ids():
         assert quiz_in_a_notebook(qid, ...).status == "not answered"
     assert "Not answered yet" in capsys.readouterr().out
+
+
+def test_the_mixture_of_experts_answer_follows_the_estimate(monkeypatch):
+    import lessonkit.memory.estimating as estimating
+
+    assert answer_of("02.q4") == "all-its-parameters-every"
+    real = estimating.estimate
+
+    def weights_of_the_active_only(*args, **kwargs):
+        report = real(*args, **kwargs)
+        report.breakdown["weights"] = 2 * report.model.active_params
+        return report
+
+    monkeypatch.setattr(estimating, "estimate", weights_of_the_active_only)
+    assert answer_of("02.q4") == "its-active-parameters-about"

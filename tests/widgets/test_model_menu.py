@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lessonkit.models.spec import get_preset, preset_groups, preset_names
+from lessonkit.units import GiB
 from lessonkit.widgets import explorers as widgets
 from lessonkit.widgets.controls import MODEL_SIZES, build_control, model_menu
 
@@ -58,3 +59,40 @@ def test_explorer_menu_picks_a_new_preset_and_estimates_it() -> None:
     assert menu.label == "SmolLM — smollm3-3b"
     fresh = widgets.vram_explorer("smollm3-3b", method="qlora")
     assert explorer.readout.value == fresh.readout.value != before
+
+
+MOE_PRESETS = [name for name in preset_names() if get_preset(name).n_experts]
+
+
+def test_the_mixture_of_experts_presets_are_in_the_menu() -> None:
+    assert {"qwen3-30b-a3b", "mixtral-8x7b"} <= set(MOE_PRESETS)
+    offered = {value for _, value in model_menu()}
+    assert set(MOE_PRESETS) <= offered
+
+
+@pytest.mark.parametrize("preset", MOE_PRESETS)
+def test_picking_a_mixture_of_experts_says_total_and_active_parameters(preset: str) -> None:
+    spec = get_preset(preset)
+    explorer = widgets.vram_explorer("7B", method="lora")
+    assert "active parameters" not in explorer.readout.value  # a dense model says nothing
+    explorer.controls["model"].value = preset
+    readout = explorer.readout.value
+    assert explorer.report.model.name == preset
+    total, active = f"{spec.n_params / 1e9:.2f}B", f"{spec.active_params / 1e9:.2f}B"
+    assert spec.active_params < spec.n_params / 3  # far fewer computed with than held
+    assert f"({total} parameters in total)" in readout
+    assert f"({active} active parameters)" in readout
+    assert f"all {spec.n_experts} experts" in readout
+    assert f"with {spec.experts_per_token} of them" in readout
+    # the peak shown is the estimate of that preset, weights of every expert included
+    peak = f"Peak per GPU: {explorer.report.total_bytes / GiB:,.1f} GiB"
+    assert peak in readout and explorer.report.breakdown["weights"] >= 2 * spec.n_params * 0.99
+
+
+def test_the_gpu_matrix_readout_of_a_mixture_of_experts_says_qlora_keeps_experts_whole() -> None:
+    explorer = widgets.gpu_matrix_explorer("mixtral-8x7b", method="qlora")
+    readout = explorer.readout.value
+    assert "active parameters" in readout and "experts unquantized" in readout
+    explorer.controls["method"].value = "lora"
+    assert "experts unquantized" not in explorer.readout.value
+    assert "active parameters" in explorer.readout.value
