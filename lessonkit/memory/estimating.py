@@ -25,7 +25,7 @@ from typing import Any
 from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
 from ..options import DTYPE_BYTES
 from . import activations as acts
-from . import layers, step_notes, zero3
+from . import chunked_head, layers, step_notes, zero3
 from . import optimizers as opt
 from .report import MemoryReport
 from .settings import RunSettings, layer_lora_targets, outer_lora_targets, validate_run
@@ -388,7 +388,8 @@ class _Step:
             + self.fw_layers
             + self.head_saved
             + 2 * self.logsoftmax
-            + self.compute_bytes * v * h * (s.loss_chunks if s.loss == "chunked" else 1)
+            + chunked_head.saved_head_weight_bytes(self)
+            * (s.loss_chunks if s.loss == "chunked" else 1)
             if s.activation_offload
             else 0
         )
@@ -468,6 +469,8 @@ class _Step:
             temporaries=0 if self.step_in_backward else self.step_temps,
         )
         fws, bws = [fw], [bw_start, *bw_layers, bw_end]
+        self.head_backward = chunked_head.backward_moments(self, bw_start)
+        bws[1:1] = self.head_backward  # the chunked loss with offloading (memory/chunked_head.py)
         if self.in_backward_head_grads:  # lm_head's gradient, stepped as backward begins
             bws.append(
                 dict(

@@ -172,8 +172,12 @@ def estimated(step: Any) -> Timeline:
             these = step._layer_moments(static, fw_end["gradients"], ks=[k])
             inside += these
             layer_labels += [f"backward, layer {layers - k} of {layers}"] * len(these)
-        bws = [bws[0], *inside, bws[-1]]
-        labels += ["backward, the loss's gradient", *layer_labels, "backward, the end"]
+        from .chunked_head import LABELS as HEAD_LABELS
+
+        head = step.head_backward  # the chunked loss with offloading: its loss and lm_head
+        bws = [bws[0], *head, *inside, bws[-1]]
+        labels += ["backward, the loss's gradient", *HEAD_LABELS[: len(head)]]
+        labels += [*layer_labels, "backward, the end"]
     else:
         labels += ["backward"] * len(bws)
     moments += [("backward", m) for m in bws]
