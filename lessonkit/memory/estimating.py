@@ -27,6 +27,7 @@ from ..options import DTYPE_BYTES
 from . import activations as acts
 from . import chunked_head, layers, step_notes, zero3
 from . import optimizers as opt
+from .loading import estimate_loading
 from .report import MemoryReport
 from .settings import RunSettings, layer_lora_targets, outer_lora_targets, validate_run
 from .step_notes import cuda_constants
@@ -319,6 +320,8 @@ class _Step:
             bnb_saves_input=qlora and s.bitsandbytes == "before-0.43.2",
         )
         self._activations()
+        # loading the checkpoint before the first step (memory/loading.py)
+        self.loading = estimate_loading(spec, s, _buffer_bytes(spec, self.stored_bytes))
 
     def _fsdp_buffers(
         self, layer_params: list[Any], root_params: list[Any], local: Any
@@ -587,6 +590,7 @@ class _Step:
             source="estimate",
             timeline_source=self.timeline,
             managed_bytes=min(self.managed, breakdown["optimizer"]),
+            loading=self.loading,
         )
 
     def timeline(self) -> Any:
