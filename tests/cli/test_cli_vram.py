@@ -574,3 +574,18 @@ def test_lora_on_the_output_head_reaches_the_estimate(capsys) -> None:
     assert data["settings"]["lora_targets"] == ["q_proj", "v_proj", "lm_head"]
     without = estimate("llama-2-7b", method="lora", lora_targets=("q_proj", "v_proj"))
     assert data["total_bytes"] > without.total_bytes
+
+
+def test_the_report_shows_the_loading_moment(capsys) -> None:
+    """Loading the checkpoint before the step: its peak, what stays reserved, and which of
+    loading and the step sets max_memory_reserved over the run."""
+    code, out, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora")
+    report = estimate("llama-2-7b", method="qlora")
+    assert code == 0
+    assert f"Loading (before step)     {report.loading.peak_allocated_bytes / 2**30:.2f} GiB" in out
+    assert f"{report.loading.reserved_bytes / 2**30:.2f} GiB stays reserved" in out
+    assert f"Reserved over the run     {report.run_reserved_bytes / 2**30:.2f} GiB" in out
+    code, out, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--json")
+    data = json.loads(out)
+    assert data["loading"]["reserved_bytes"] == report.loading.reserved_bytes
+    assert data["run_reserved_bytes"] == report.run_reserved_bytes
