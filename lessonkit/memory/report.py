@@ -265,6 +265,16 @@ class MemoryReport:
         lines += [f"  - {a}" for a in self.assumptions]
         return "\n".join(lines)
 
+    def _loading_html(self) -> str:
+        load = self.loading
+        if load is None:
+            return ""
+        return (
+            f" Loading the checkpoint first: {load.peak_allocated_bytes / GiB:.2f} GiB "
+            f"allocated at its peak, {load.reserved_bytes / GiB:.2f} GiB stays reserved; "
+            f"reserved over the run {self.run_reserved_bytes / GiB:.2f} GiB."
+        )
+
     def _repr_html_(self) -> str:
         body = "".join(
             f"<tr><td>{html.escape(label)}</td><td style='text-align:right'>{value / GiB:.2f} GiB</td></tr>"
@@ -277,6 +287,6 @@ class MemoryReport:
             f"<br><small>{html.escape(self.source)}</small>"
             f"<table>{body}<tr><th>Peak per GPU</th><th style='text-align:right'>"
             f"{self.total_bytes / GiB:.2f} GiB</th></tr></table>"
-            f"<small>Peak during the {phase_words(self.peak_phase)}.</small>"
+            f"<small>Peak during the {phase_words(self.peak_phase)}.{self._loading_html()}</small>"
             f"{'<ul>' + notes + '</ul>' if notes else ''}</div>"
         )

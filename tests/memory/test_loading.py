@@ -178,6 +178,8 @@ def test_reserved_over_the_run_is_the_higher_of_loading_and_the_step():
     assert loaded_first.run_reserved_bytes == 2 * short.reserved_bytes
     assert "loading's reserve" in str(loaded_first)
     assert short.to_dict()["loading"]["peak_tensor"] == short.loading.peak_tensor
+    html = short._repr_html_()
+    assert f"{short.loading.reserved_bytes / GiB:.2f} GiB stays reserved" in html
 
 
 def test_no_loading_moment_under_zero_3():
