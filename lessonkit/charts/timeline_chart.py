@@ -36,15 +36,16 @@ def _label(category: str) -> str:
 
 
 def _parts(source: Any) -> tuple[Timeline, MemoryReport | None]:
+    # the step itself is drawn; loading's moments before it are the report's text
     if isinstance(source, Timeline):
-        return source, None
+        return source.step_only(), None
     if isinstance(source, MemoryReport):
         timeline = source.timeline
         if timeline is None:
             raise LessonkitError(
                 "This report has no timeline (reports from estimate() and measure() have one)."
             )
-        return timeline, source
+        return timeline.step_only(), source
     raise LessonkitError(
         f"memory_timeline draws a MemoryReport or a Timeline, got {type(source).__name__}."
     )

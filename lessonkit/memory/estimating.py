@@ -25,8 +25,9 @@ from typing import Any
 from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
 from ..options import DTYPE_BYTES
 from . import activations as acts
-from . import fsdp1, layers, step_notes, zero3
+from . import chunked_head, fsdp1, layers, step_notes, zero3
 from . import optimizers as opt
+from .loading import estimate_loading
 from .report import MemoryReport
 from .settings import RunSettings, layer_lora_targets, outer_lora_targets, validate_run
 from .step_notes import cuda_constants
@@ -345,6 +346,8 @@ class _Step:
             bnb_saves_input=qlora and s.bitsandbytes == "before-0.43.2",
         )
         self._activations()
+        # loading the checkpoint before the first step (memory/loading.py)
+        self.loading = estimate_loading(spec, s, _buffer_bytes(spec, self.stored_bytes))
 
     def _fsdp_buffers(
         self, layer_params: list[Any], root_params: list[Any], local: Any
@@ -419,7 +422,8 @@ class _Step:
             + self.fw_layers
             + self.head_saved
             + 2 * self.logsoftmax
-            + self.compute_bytes * v * h * (s.loss_chunks if s.loss == "chunked" else 1)
+            + chunked_head.saved_head_weight_bytes(self)
+            * (s.loss_chunks if s.loss == "chunked" else 1)
             if s.activation_offload
             else 0
         )
@@ -507,6 +511,8 @@ class _Step:
             temporaries=0 if self.step_in_backward else self.step_temps,
         )
         fws, bws = [fw], [bw_start, *bw_layers, bw_end]
+        self.head_backward = chunked_head.backward_moments(self, bw_start)
+        bws[1:1] = self.head_backward  # the chunked loss with offloading (memory/chunked_head.py)
         if self.in_backward_head_grads:  # lm_head's gradient, stepped as backward begins
             bws.append(
                 dict(
@@ -634,6 +640,7 @@ class _Step:
             source="estimate",
             timeline_source=self.timeline,
             managed_bytes=min(self.managed, breakdown["optimizer"]),
+            loading=self.loading,
         )
 
     def timeline(self) -> Any:

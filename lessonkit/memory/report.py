@@ -96,6 +96,8 @@ class MemoryReport:
     # a timeline.Timeline, or a function that makes one when first asked for (see ``timeline``)
     timeline_source: Any = field(default=None, repr=False, compare=False)
     managed_bytes: int = 0
+    # loading the checkpoint before the first step (memory/loading.py Loading), where known
+    loading: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         self.breakdown = {key: int(self.breakdown.get(key, 0)) for key in CATEGORIES} | {
@@ -129,6 +131,27 @@ class MemoryReport:
     def reserved_bytes(self) -> int:
         """torch.cuda.memory_reserved at the peak: the allocated peak plus the allocator margin."""
         return self.allocated_peak_bytes + self.breakdown["allocator_margin"]
+
+    @property
+    def run_reserved_bytes(self) -> int:
+        """torch.cuda.max_memory_reserved over a run that loads the checkpoint first: the
+        higher of what loading left reserved and the step's reserve (the step reuses the
+        segments loading made)."""
+        loaded = self.loading.reserved_bytes if self.loading is not None else 0
+        return max(loaded, self.reserved_bytes)
+
+    def loading_lines(self) -> list[str]:
+        """The loading moment in words, for the report's text ([] where it is not known)."""
+        load = self.loading
+        if load is None:
+            return []
+        which = "loading's" if load.reserved_bytes > self.reserved_bytes else "the step's"
+        return [
+            f"  {'Loading (before step)':<22}{load.peak_allocated_bytes / GiB:>8.2f} GiB"
+            f"  (peak allocated; {load.reserved_bytes / GiB:.2f} GiB stays reserved)",
+            f"  {'Reserved over the run':<22}{self.run_reserved_bytes / GiB:>8.2f} GiB"
+            f"  (torch.cuda.max_memory_reserved: {which} reserve, the higher)",
+        ]
 
     def memory_figures(self) -> list[tuple[str, int, str]]:
         """(figure, bytes, what it includes) for each figure a learner reads on a GPU."""
@@ -181,7 +204,11 @@ class MemoryReport:
             "peak_phase": self.peak_phase,
             "phase_peaks": dict(self.phase_peaks),
             "assumptions": list(self.assumptions),
-        }
+        } | (
+            {"loading": self.loading.to_dict(), "run_reserved_bytes": self.run_reserved_bytes}
+            if self.loading is not None
+            else {}
+        )
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -231,8 +258,19 @@ class MemoryReport:
         if self.managed_bytes:
             for figure, value, includes in self.memory_figures():
                 lines.append(f"  {figure:<33}{value / GiB:>8.2f} GiB  ({includes})")
+        lines += self.loading_lines()
         lines += [f"  - {a}" for a in self.assumptions]
         return "\n".join(lines)
+
+    def _loading_html(self) -> str:
+        load = self.loading
+        if load is None:
+            return ""
+        return (
+            f" Loading the checkpoint first: {load.peak_allocated_bytes / GiB:.2f} GiB "
+            f"allocated at its peak, {load.reserved_bytes / GiB:.2f} GiB stays reserved; "
+            f"reserved over the run {self.run_reserved_bytes / GiB:.2f} GiB."
+        )
 
     def _repr_html_(self) -> str:
         body = "".join(
@@ -246,6 +284,6 @@ class MemoryReport:
             f"<br><small>{html.escape(self.source)}</small>"
             f"<table>{body}<tr><th>Peak per GPU</th><th style='text-align:right'>"
             f"{self.total_bytes / GiB:.2f} GiB</th></tr></table>"
-            f"<small>Peak during the {phase_words(self.peak_phase)}.</small>"
+            f"<small>Peak during the {phase_words(self.peak_phase)}.{self._loading_html()}</small>"
             f"{'<ul>' + notes + '</ul>' if notes else ''}</div>"
         )

@@ -290,12 +290,6 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
             "there is nothing to accumulate: it needs gradient_accumulation=1 (got "
             f"{s.gradient_accumulation}), or set optimizer_in_backward=False."
         )
-    if s.loss == "chunked" and s.activation_offload and s.method != "full" and not s.mixed:
-        raise LessonkitError(
-            f"loss='chunked' together with activation_offload is modelled for full fine-tuning "
-            f"and for LoRA/QLoRA under a '-mixed' precision; with {s.method} in "
-            f"{s.precision} not yet: use precision='bf16-mixed', or one of the two savers."
-        )
     if s.optimizer_in_backward and (s.n_gpus > 1 or s.offload_optimizer):
         raise LessonkitError(
             "optimizer_in_backward is modelled on one GPU without optimizer "

@@ -266,6 +266,21 @@ def assumptions(step: Any) -> list[str]:
             f"({logits / GiB:.2f} GiB for a vocabulary of {spec.vocab_size:,}) never exists; "
             "the log-softmax of every chunk is still kept for backward."
         )
+        if step.head_backward:  # with activation offloading (memory/chunked_head.py)
+            from .chunked_head import folds
+
+            notes.append(
+                "With activation offloading, the loss of every chunk is differentiated "
+                "before lm_head's backward of any, so all the chunks' logit gradients wait "
+                "together; lm_head's backward then brings each chunk's saved weight back "
+                + (
+                    "from the host."
+                    if folds(step)
+                    else "from the host, expanded over the batch (a frozen head's matmul on a "
+                    f"chunk of the sequence does not fold the batch): {s.batch_size} copies "
+                    "of the weight per chunk."
+                )
+            )
     else:
         notes.append(
             f"Logits: the loss upcasts the logits to fp32 and keeps the "

@@ -10,7 +10,9 @@ Where the moments come from:
 - ``measure``: every allocation and free of the tracked step (tracking.Tracker.moments), thinned
   to at most ``MAX_POINTS`` moments that keep each stretch's highest and lowest (so the peak is
   kept exactly);
-- ``estimate``: the moments memory/estimating.py computes, layer by layer: the forward's saved activations
+- ``estimate``: first, before the step, two "loading" moments (memory/loading.py: the peak of
+  loading the checkpoint, and the weights once loaded; the step's peak leaves them out); then
+  the moments memory/estimating.py computes, layer by layer: the forward's saved activations
   growing layer by layer (drawn as a straight rise, as estimate models the forward by its end),
   the logits, then in the backward each layer's own moments (with checkpointing its
   recomputation: the saw-tooth) and the level between layers, then the optimizer step (its
@@ -59,16 +61,32 @@ class Timeline:
 
     @property
     def peak_index(self) -> int:
+        """The step's highest moment (loading, before the step, left out)."""
         totals = self.totals
-        return max(range(len(totals)), key=totals.__getitem__) if totals else 0
+        step = [i for i, phase in enumerate(self.phases) if phase != "loading"]
+        return max(step or range(len(totals)), key=totals.__getitem__) if totals else 0
 
     @property
     def peak_bytes(self) -> int:
-        return max(self.totals, default=0)
+        """Bytes at the step's highest moment."""
+        totals = self.totals
+        return totals[self.peak_index] if totals else 0
 
     @property
     def peak_phase(self) -> str:
         return self.phases[self.peak_index] if self.phases else ""
+
+    def step_only(self) -> Timeline:
+        """The step's own moments, without loading's before it (what the charts draw)."""
+        keep = [i for i, phase in enumerate(self.phases) if phase != "loading"]
+        if len(keep) == len(self.phases):
+            return self
+        return Timeline(
+            phases=[self.phases[i] for i in keep],
+            series={c: [values[i] for i in keep] for c, values in self.series.items()},
+            source=self.source,
+            labels=[self.labels[i] for i in keep] if self.labels else [],
+        )
 
     def at(self, index: int) -> dict[str, int]:
         """Bytes by category at moment ``index``."""
@@ -151,6 +169,16 @@ def estimated(step: Any) -> Timeline:
     top = {k: v for k, v in fw_end.items() if k != "logits"}
     moments: list[tuple[str, dict[str, int]]] = []
     labels: list[str] = []
+    loading = getattr(step, "loading", None)
+    if loading is not None:  # before the first forward: the checkpoint loaded (memory/loading.py)
+        moments += [
+            ("loading", dict(loading.peak_moment)),
+            ("loading", {"weights": loading.weight_bytes}),
+        ]
+        labels += [
+            f"loading, {loading.peak_tensor or 'the warm-up block'}",
+            "loading, done",
+        ]
     for j in range(layers + 1):  # the forward's saved activations, layer by layer
         moments.append(
             (
@@ -172,8 +200,12 @@ def estimated(step: Any) -> Timeline:
             these = step._layer_moments(static, fw_end["gradients"], ks=[k])
             inside += these
             layer_labels += [f"backward, layer {layers - k} of {layers}"] * len(these)
-        bws = [bws[0], *inside, bws[-1]]
-        labels += ["backward, the loss's gradient", *layer_labels, "backward, the end"]
+        from .chunked_head import LABELS as HEAD_LABELS
+
+        head = step.head_backward  # the chunked loss with offloading: its loss and lm_head
+        bws = [bws[0], *head, *inside, bws[-1]]
+        labels += ["backward, the loss's gradient", *HEAD_LABELS[: len(head)]]
+        labels += [*layer_labels, "backward, the end"]
     else:
         labels += ["backward"] * len(bws)
     moments += [("backward", m) for m in bws]

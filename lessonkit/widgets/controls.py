@@ -297,17 +297,6 @@ SAVER_RULES: dict[str, list[tuple[Callable[[dict[str, Any]], bool], str, str]]] 
             "Gradient checkpointing (gradient_checkpointing=True) first.",
         ),
         (
-            lambda s: (
-                s.get("loss") == "chunked"
-                and s.get("method", "full") != "full"
-                and not str(s.get("precision") or "").endswith("-mixed")
-            ),
-            "not with chunked loss",
-            "With LoRA or QLoRA in pure bf16, activation offload is not modelled together with "
-            "the chunked loss yet: choose bf16-mixed precision, or the standard cross-entropy "
-            "(loss='standard').",
-        ),
-        (
             lambda s: s.get("zero_stage") == 3,
             "not with ZeRO-3",
             "Activation offload is modelled without ZeRO-3 only: choose ZeRO stage 0, 1 or 2.",

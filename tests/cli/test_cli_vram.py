@@ -598,3 +598,18 @@ def test_fsdp_version_reaches_the_estimate(capsys) -> None:
     assert any("ZeRO-3 as FSDP1" in a for a in data["assumptions"])
     code, out, err = run(capsys, "--model", "llama-2-7b", "--fsdp-version", "1")
     assert code != 0 and "applies to ZeRO-3 only" in out + err
+
+
+def test_the_report_shows_the_loading_moment(capsys) -> None:
+    """Loading the checkpoint before the step: its peak, what stays reserved, and which of
+    loading and the step sets max_memory_reserved over the run."""
+    code, out, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora")
+    report = estimate("llama-2-7b", method="qlora")
+    assert code == 0
+    assert f"Loading (before step)     {report.loading.peak_allocated_bytes / 2**30:.2f} GiB" in out
+    assert f"{report.loading.reserved_bytes / 2**30:.2f} GiB stays reserved" in out
+    assert f"Reserved over the run     {report.run_reserved_bytes / 2**30:.2f} GiB" in out
+    code, out, _ = run(capsys, "--model", "llama-2-7b", "--method", "qlora", "--json")
+    data = json.loads(out)
+    assert data["loading"]["reserved_bytes"] == report.loading.reserved_bytes
+    assert data["run_reserved_bytes"] == report.run_reserved_bytes

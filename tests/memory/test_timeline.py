@@ -126,7 +126,11 @@ def test_estimated_peak_is_the_reports_peak(model, method, ckpt, shape, optimize
             == level
         )
     assert all(v >= 0 for values in timeline.series.values() for v in values)
-    assert [p for p, _, _ in timeline.phase_spans()] == ["forward", "backward", "optimizer"]
+    spans = ["loading", "forward", "backward", "optimizer"]
+    assert [p for p, _, _ in timeline.phase_spans()] == spans
+    # loading comes first, at its own peak, and the step's peak leaves it out
+    assert timeline.totals[0] == report.loading.peak_allocated_bytes
+    assert timeline.totals[1] == report.loading.weight_bytes
 
 
 @pytest.mark.parametrize("zero", [1, 2, 3])

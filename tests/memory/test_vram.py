@@ -299,16 +299,6 @@ BAD = [
     (dict(model="gpt2", method="lora", lora_targets=("q_proj", "v_proj")), "LoRA target for gpt2"),
     (dict(model="gpt2", method="lora", lora_targets="q_proj"), "lora_targets must be a list"),
     (dict(model="7B", method="lora", lora_targets=()), "lora_targets"),
-    (
-        dict(
-            model="7B",
-            method="lora",
-            loss="chunked",
-            activation_offload=True,
-            gradient_checkpointing=True,
-        ),
-        "under a '-mixed' precision",
-    ),
     (dict(model="gpt2", method="lora", lora_targets=("c_attn", "lm_head")), "untied output head"),
     (dict(model="llama-3.2-1b", method="lora", lora_targets=("lm_head",)), "ties lm_head"),
     (dict(model="7B", method="lora", lora_targets=("q_proj", "lm_hed")), "Did you mean"),

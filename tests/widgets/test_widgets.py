@@ -956,17 +956,11 @@ def test_activation_offload_follows_gradient_checkpointing():
     assert not offload.disabled and not offload.value  # back on, the learner ticks it again
 
 
-def test_activation_offload_gives_way_to_the_chunked_loss_and_zero_3():
+def test_activation_offload_gives_way_to_zero_3():
     explorer = widgets.vram_explorer(
         "7B", method="lora", gradient_checkpointing=True, activation_offload=True
     )
     c = explorer.controls
-    c["loss"].value = "chunked"  # not modelled together: the loss just chosen wins
-    assert explorer.error is None and not c["activation_offload"].value
-    assert c["activation_offload"].description == "Activation offload (not with chunked loss)"
-    assert explorer.report.settings["loss"] == "chunked"
-    c["loss"].value = "standard"
-    c["activation_offload"].value = True
     c["n_gpus"].value = 8
     assert c["activation_offload"].value and explorer.error is None  # ZeRO-0 to 2 are fine
     c["zero_stage"].value = 3
@@ -976,8 +970,14 @@ def test_activation_offload_gives_way_to_the_chunked_loss_and_zero_3():
 
 
 def test_activation_offload_and_the_chunked_loss_together_where_they_are_modelled():
-    # full fine-tuning, and LoRA under bf16-mixed, take both savers as torchtune's recipes do
-    for kw in (dict(method="full"), dict(method="lora", precision="bf16-mixed")):
+    # full fine-tuning, and LoRA/QLoRA in pure bf16 or under bf16-mixed, take both savers as
+    # torchtune's recipes do
+    for kw in (
+        dict(method="full"),
+        dict(method="lora", precision="bf16-mixed"),
+        dict(method="lora"),
+        dict(method="qlora"),
+    ):
         explorer = widgets.vram_explorer(
             "7B", gradient_checkpointing=True, activation_offload=True, **kw
         )
@@ -1021,7 +1021,7 @@ def test_memory_saver_rules_agree_with_estimate():
     from lessonkit.widgets.controls import saver_blocked
 
     grid = itertools.product(
-        ("full", "qlora"),
+        ("full", "lora", "qlora"),
         (False, True),
         ("standard", "chunked"),
         ((1, 0), (2, 0), (8, 2), (8, 3)),
@@ -1114,10 +1114,8 @@ def test_the_longest_chart_titles_stay_on_the_figure():
             r"\(needs checkpointing\).*gradient_checkpointing=True",
         ),
         (
-            dict(
-                activation_offload=True, gradient_checkpointing=True, loss="chunked", method="lora"
-            ),
-            "not with chunked loss",
+            dict(activation_offload=True, gradient_checkpointing=True, zero_stage=3, n_gpus=2),
+            "not with ZeRO-3",
         ),
         (dict(optimizer_in_backward=True, n_gpus=2), r"\(one GPU only\).*n_gpus=1"),
         (dict(optimizer_in_backward=True, gradient_accumulation=2), "gradient_accumulation=1"),

@@ -1,0 +1,70 @@
+"""The output head's backward under a chunked loss with activation offloading.
+
+A chunked loss (torchtune's CEWithChunkedOutputLoss) applies lm_head to every chunk of the
+sequence first, then computes each chunk's loss. Autograd runs the nodes made last first, so
+in backward the loss of every chunk is differentiated before lm_head's backward of any: the
+gradients of all the chunks' logits (the logits' dtype, ``tokens x vocab`` in all) wait
+together, and lm_head's backward then takes them one chunk at a time, each with the weight it
+saved. With activation offloading that saved weight was copied to host memory in forward and
+comes back to the device for that chunk's backward.
+
+Which weight a chunk saves depends on its input (torch.matmul's ``should_fold``). A chunk is a
+slice of the sequence, a non-contiguous view when the batch holds more than one sequence. With
+a trained lm_head (full fine-tuning), or under autocast (whose cast makes a contiguous copy of
+the input), the matmul folds the batch into rows and saves the weight as it is, ``vocab x
+hidden``. A frozen head in pure bf16 (or fp32) LoRA/QLoRA does not fold: the weight is
+expanded over the batch for a batched matmul and that expanded view is saved; offloading's
+copy of it is a full tensor, ``batch`` times the weight.
+
+Private to estimate() (memory/estimating.py): pure arithmetic, no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .settings import outer_lora_targets
+
+
+def folds(step: Any) -> bool:
+    """Whether lm_head's matmul on a chunk folds the batch into rows (see the module doc)."""
+    s, ctx = step.settings, step.ctx
+    sliced = s.loss == "chunked" and s.loss_chunks > 1 and s.batch_size > 1
+    return bool(ctx.trains_base or step.autocast or not sliced)
+
+
+def saved_head_weight_bytes(step: Any) -> int:
+    """Bytes of the weight lm_head's matmul saves for one chunk, as offloading copies it."""
+    spec, batch = step.spec, int(step.settings.batch_size)
+    weight: int = step.compute_bytes * spec.vocab_size * spec.hidden_size
+    return weight if folds(step) else weight * batch
+
+
+def backward_moments(step: Any, bw_start: dict[str, int]) -> list[dict[str, int]]:
+    """Two moments of the backward after its start (``bw_start``, the loss's backward on the
+    first chunk it takes, the sequence's last), with the label of each: the loss's backward
+    on its last chunk (the sequence's first, the largest of tensor_split), with every other
+    chunk's logit gradient waiting; then lm_head's backward on its first chunk, with all the
+    chunks' logit gradients, that chunk's saved weight back on the device and the gradient of
+    its slice of the hidden states. None apply to a standard loss, without offloading, or to
+    full fine-tuning (whose head's own gradient is modelled at the start of backward)."""
+    s, spec = step.settings, step.spec
+    if s.loss != "chunked" or not s.activation_offload or step.ctx.trains_base:
+        return []
+    tokens, vocab = step.ctx.tokens, spec.vocab_size
+    chunk_tokens = s.batch_size * -(-s.seq_len // s.loss_chunks)
+    waiting = step.compute_bytes * (tokens - chunk_tokens) * vocab
+    last_loss_chunk = dict(bw_start, logits=bw_start["logits"] + waiting)
+    logit_gradients = step.compute_bytes * tokens * vocab
+    if "lm_head" in outer_lora_targets(s.lora_targets):
+        # a LoRA lm_head: the scaled adapter output's gradient, one chunk's logits in size
+        logit_gradients += step.compute_bytes * chunk_tokens * vocab
+    first_head_chunk = dict(
+        bw_start,
+        logits=logit_gradients + saved_head_weight_bytes(step),
+        activations=bw_start["activations"] + step.residual_bytes * chunk_tokens * spec.hidden_size,
+    )
+    return [last_loss_chunk, first_head_chunk]
+
+
+LABELS = ("backward, the loss's last chunk", "backward, lm_head's first chunk")
