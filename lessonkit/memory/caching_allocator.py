@@ -31,7 +31,7 @@ def _constant(name: str) -> int:
     return int(cuda_constants()["caching_allocator"][name])
 
 
-@dataclass
+@dataclass(eq=False)  # a block is itself: list.index and `in` compare identity, quickly
 class _Block:
     segment: int
     offset: int
@@ -60,16 +60,17 @@ class CachingAllocator:
         self.mid_segment = _constant("mid_segment_bytes")
         self.large_round = _constant("large_round_bytes")
 
-    def _pool_blocks(self, small: bool) -> Iterable[_Block]:
-        for segment, blocks in self._blocks.items():
-            if self._pools[segment] == small:
-                yield from blocks
-
     def malloc(self, key: object, nbytes: int) -> None:
         """Allocate ``nbytes`` for ``key`` (a tensor storage's identity)."""
         size = max(self.round, -(-nbytes // self.round) * self.round)
         small = size <= self.small_request
-        fits = [b for b in self._pool_blocks(small) if b.free and b.size >= size]
+        fits = [
+            b
+            for segment, blocks in self._blocks.items()
+            if self._pools[segment] == small
+            for b in blocks
+            if b.free and b.size >= size
+        ]
         if fits:
             block = min(fits, key=lambda b: (b.size, b.segment, b.offset))
         else:

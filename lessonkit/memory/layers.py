@@ -193,10 +193,13 @@ def without_rope(saved: list[Saved]) -> tuple[list[int], int]:
     (one per kind of layer where the family has several) counted once for all layers."""
     tables: dict[str, int] = {}
     each = []
+    done: dict[int, int] = {}  # the layers of one kind share one Saved: read it once
     for layer in saved:
-        own = {key: nbytes for key, nbytes in layer.items.items() if key.startswith("rope.")}
-        tables.update(own)
-        each.append(layer.activations - sum(own.values()))
+        if id(layer) not in done:
+            own = {key: nbytes for key, nbytes in layer.items.items() if key.startswith("rope.")}
+            tables.update(own)
+            done[id(layer)] = layer.activations - sum(own.values())
+        each.append(done[id(layer)])
     return each, sum(tables.values())
 
 

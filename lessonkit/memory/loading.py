@@ -31,6 +31,8 @@ installed.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -174,7 +176,16 @@ def estimate_loading(spec: ModelSpec, settings: Any, buffer_bytes: int = 0) -> L
         return None
     stored = 2 if settings.precision in ("bf16", "bf16-master") else 4
     qlora = settings.method == "qlora"
-    events = loading_events(spec, stored, qlora, settings.double_quant)
+    return _estimated_loading(spec, stored, qlora, qlora and settings.double_quant, buffer_bytes)
+
+
+@lru_cache(maxsize=256)
+def _estimated_loading(
+    spec: ModelSpec, stored: int, qlora: bool, double_quant: bool, buffer_bytes: int
+) -> Loading:
+    # the same for every batch and length: replayed once per model and weight format, so that
+    # estimate() stays fast in a loop over batch sizes
+    events = loading_events(spec, stored, qlora, double_quant)
     if buffer_bytes:
         events.append(("buffers", buffer_bytes, ""))
     return summarize(events, "estimate")
