@@ -9,6 +9,7 @@ within 2% at the median.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -161,6 +162,40 @@ SPECS.update(MOE_SPECS)
 MOE_ROWS = [
     (family, dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing))
     for family in MOE_SPECS
+    for method in (dict(precision="bf16"), dict(method="lora", precision="bf16"))
+    for checkpointing in (False, True)
+]
+# MoE where the experts' activations outweigh the logits (vocabulary 1,000, 4 x 512 tokens):
+# the recomputed layer's backward under checkpointing, the last layer's forward without it;
+# real expert counts too (128 experts, top-8, as Qwen3-30B-A3B, at hidden 256)
+MOE_WIDE_SPECS = {
+    f"{family}-{name}": replace(
+        _family_spec(family, vocab_size=1000, **fields), name=f"tiny-{family}-{name}"
+    )
+    for family, name, fields in (
+        (
+            "qwen3_moe",
+            "16x4",
+            dict(
+                num_experts=16, num_experts_per_tok=4, moe_intermediate_size=128,
+                norm_topk_prob=True,
+            ),
+        ),
+        ("mixtral", "8x2", dict(num_local_experts=8, num_experts_per_tok=2)),
+        (
+            "qwen3_moe",
+            "128x8",
+            dict(
+                num_experts=128, num_experts_per_tok=8, moe_intermediate_size=96,
+                norm_topk_prob=True,
+            ),
+        ),
+    )
+}  # fmt: skip
+SPECS.update(MOE_WIDE_SPECS)
+MOE_WIDE_ROWS = [
+    (name, dict(batch_size=4, seq_len=512, **method, gradient_checkpointing=checkpointing))
+    for name in MOE_WIDE_SPECS
     for method in (dict(precision="bf16"), dict(method="lora", precision="bf16"))
     for checkpointing in (False, True)
 ]
@@ -872,6 +907,7 @@ GRID = [
 
 GRID += FAMILY_ROWS
 GRID += MOE_ROWS
+GRID += MOE_WIDE_ROWS
 
 
 def _id(case: tuple[str, dict]) -> str:

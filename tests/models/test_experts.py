@@ -129,4 +129,15 @@ def test_the_estimate_says_which_routing_it_assumes() -> None:
 
     report = lessonkit.estimate("qwen3-30b-a3b", method="lora", batch_size=1, seq_len=512)
     notes = " ".join(report.assumptions)
-    assert "even routing" in notes and "3.35B active" in notes and "all 128 experts" in notes
+    assert "balanced top-k routing" in notes and "3.35B active" in notes
+    assert "all 128 experts" in notes
+
+
+def test_checkpointing_of_experts_is_no_longer_marked_approximate() -> None:
+    import lessonkit
+
+    report = lessonkit.estimate(
+        "qwen3-30b-a3b", method="lora", batch_size=1, seq_len=512, gradient_checkpointing=True
+    )
+    notes = " ".join(report.assumptions)
+    assert "recomputed layer" in notes and "Approximate" not in notes
