@@ -144,6 +144,18 @@ def assumptions(step: Any) -> list[str]:
             "dequantized into a 16-bit temporary in forward and again in backward; "
             "its output comes back in its input's dtype."
         )
+        if spec.n_experts and spec.family != "traced":
+            experts = spec.moe_layers * spec.n_experts * 3 * spec.hidden_size
+            experts *= spec.expert_intermediate_size
+            notes.append(
+                "QLoRA of a mixture of experts: the experts' 3D weights (mlp.experts.gate_up_proj "
+                "and down_proj) and the router are nn.Parameters, not nn.Linear, so "
+                "bitsandbytes' Linear4bit replacement (transformers' replace_with_bnb_linear, "
+                "BitsAndBytesConfig(load_in_4bit=True)) leaves them as they are: they stay "
+                f"{'fp32' if step.residual_bytes == 4 else 'bf16'} "
+                f"({experts * step.residual_bytes / 2**30:.2f} GiB of experts here); the "
+                "attention's linear layers (and any dense MLP's) are NF4."
+            )
         notes.append(
             "bitsandbytes 0.43.2 or later (measured with 0.50.2): a 4-bit layer keeps only "
             "its packed weight for backward."

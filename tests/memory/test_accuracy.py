@@ -199,6 +199,13 @@ MOE_WIDE_ROWS = [
     for method in (dict(precision="bf16"), dict(method="lora", precision="bf16"))
     for checkpointing in (False, True)
 ]
+# QLoRA of MoE models: the attention's linear layers in NF4, the experts' 3D weights and the
+# router (nn.Parameters, not nn.Linear) left in bf16 by bitsandbytes' Linear4bit replacement
+MOE_QLORA_ROWS = [
+    (name, dict(batch_size=4, seq_len=seq_len, method="qlora", precision="bf16", **more))
+    for name, seq_len in (("qwen3_moe", 256), ("mixtral", 256), ("qwen3_moe-128x8", 512))
+    for more in (dict(gradient_checkpointing=False), dict(gradient_checkpointing=True))
+]
 # full, LoRA and QLoRA, with and without checkpointing, for each of them
 FAMILY_ROWS = [
     (family, dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing))
@@ -908,6 +915,7 @@ GRID = [
 GRID += FAMILY_ROWS
 GRID += MOE_ROWS
 GRID += MOE_WIDE_ROWS
+GRID += MOE_QLORA_ROWS
 
 
 def _id(case: tuple[str, dict]) -> str:

@@ -141,3 +141,36 @@ def test_checkpointing_of_experts_is_no_longer_marked_approximate() -> None:
     )
     notes = " ".join(report.assumptions)
     assert "recomputed layer" in notes and "Approximate" not in notes
+
+
+def test_bitsandbytes_leaves_the_experts_in_bf16() -> None:
+    """transformers' 4-bit loading swaps nn.Linear (and Conv1D) for bitsandbytes' Linear4bit;
+    transformers 5 keeps the experts as 3D nn.Parameters and the router as a module of its own,
+    so both stay bf16: what estimate() quantizes (the spec's "linear" tensors) and no more."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    bnb = pytest.importorskip("bitsandbytes")
+    from transformers.integrations.bitsandbytes import replace_with_bnb_linear
+
+    import lessonkit
+
+    config = transformers.AutoConfig.for_model(
+        "qwen3_moe", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=128,
+        num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    quantization = transformers.BitsAndBytesConfig(load_in_4bit=True)
+    replace_with_bnb_linear(model, ["lm_head"], quantization)
+    quantized = {
+        name.split(".")[-1] for name, m in model.named_modules() if isinstance(m, bnb.nn.Linear4bit)
+    }
+    assert quantized == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    experts = model.model.layers[0].mlp.experts
+    assert experts.gate_up_proj.dtype == experts.down_proj.dtype == torch.bfloat16
+    spec = ModelSpec.from_hf_config(config.to_dict() | {"model_type": "qwen3_moe"})
+    layer = {t.name for t in spec.parameter_tensors().layer if t.kind == "linear"}
+    assert {name.split(".")[-2] for name in layer} == quantized
+    notes = " ".join(lessonkit.estimate(spec, method="qlora", seq_len=64).assumptions)
+    assert "experts' 3D weights" in notes and "stay bf16" in notes
