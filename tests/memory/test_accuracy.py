@@ -206,6 +206,20 @@ MOE_QLORA_ROWS = [
     for name, seq_len in (("qwen3_moe", 256), ("mixtral", 256), ("qwen3_moe-128x8", 512))
     for more in (dict(gradient_checkpointing=False), dict(gradient_checkpointing=True))
 ]
+# ZeRO-3 of MoE models (FSDP2 on simulated ranks): each decoder layer's unit gathers all its
+# experts' weights, and its backward makes their full gradients before the reduce-scatter
+MOE_ZERO3_ROWS = [
+    (name, dict(batch_size=batch, seq_len=seq_len, n_gpus=n_gpus, zero_stage=3, **more))
+    for names, batch, seq_len, n_gpus in (
+        (tuple(MOE_SPECS), 2, 128, 2),
+        (tuple(MOE_WIDE_SPECS), 4, 512, 4),
+    )
+    for name in names
+    for more in (
+        dict(precision="bf16", gradient_checkpointing=False),
+        dict(precision="bf16", gradient_checkpointing=True),
+    )
+]
 # full, LoRA and QLoRA, with and without checkpointing, for each of them
 FAMILY_ROWS = [
     (family, dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing))
@@ -916,6 +930,7 @@ GRID += FAMILY_ROWS
 GRID += MOE_ROWS
 GRID += MOE_WIDE_ROWS
 GRID += MOE_QLORA_ROWS
+GRID += MOE_ZERO3_ROWS
 
 
 def _id(case: tuple[str, dict]) -> str:
