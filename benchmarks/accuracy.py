@@ -262,52 +262,6 @@ def zero3_case() -> None:
     print()
 
 
-def known_gaps() -> None:
-    """Where the estimate is known to miss, measured here rather than described: mixture of
-    experts under gradient checkpointing once the experts' activations outweigh the logits
-    (small vocabulary, 4 x 512 tokens), which the grid's MoE rows (logits first) do not show."""
-    import transformers
-
-    from lessonkit.models.spec import ModelSpec
-
-    print("## Known gaps\n")
-    print(
-        "Mixture of experts with gradient checkpointing, where the experts' activations "
-        "outweigh the logits (two layers, hidden 256, vocabulary 1,000, batch 4 x 512):\n"
-    )
-    print("| family | settings | measured | ours | error |")
-    print("|---|---|---|---|---|")
-    small = dict(
-        hidden_size=256, intermediate_size=704, num_hidden_layers=2, num_attention_heads=8,
-        num_key_value_heads=2, vocab_size=1000, pad_token_id=None, bos_token_id=None,
-        eos_token_id=None,
-    )  # fmt: skip
-    experts = {
-        "qwen3_moe": dict(
-            num_experts=16, num_experts_per_tok=4, moe_intermediate_size=128, norm_topk_prob=True
-        ),
-        "mixtral": dict(num_local_experts=8, num_experts_per_tok=2),
-    }
-    for model_type, extra in experts.items():
-        config = transformers.AutoConfig.for_model(model_type, **small, **extra).to_dict()
-        spec = ModelSpec.from_hf_config(config | {"model_type": model_type}, name=model_type)
-        for kw in (
-            dict(method="lora", precision="bf16", gradient_checkpointing=True),
-            dict(precision="bf16", gradient_checkpointing=True),
-        ):
-            shape = dict(device="cpu", batch_size=4, seq_len=512, **kw)
-            measured = lessonkit.measure(spec, **shape).tensor_bytes
-            ours = lessonkit.estimate(spec, **shape).tensor_bytes
-            print(
-                f"| {model_type} | {describe(kw)} | {measured / MiB:.1f} | {ours / MiB:.1f} | "
-                f"{(ours - measured) / measured:+.1%} |"
-            )
-    print(
-        "\nThe report of such a run says its estimate is approximate there. Without "
-        "checkpointing, and in the grid's rows, the MoE estimate is within 1%.\n"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="leave out the 7B/8B shapes")
@@ -417,7 +371,6 @@ def main() -> None:
     )
     guide_case()
     zero3_case()
-    known_gaps()
     header = ["model", "settings", "measured", "ours", "error", *RULES]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))

@@ -72,6 +72,8 @@ class Saved:
         self.forward_peak = 0  # the highest moment of its forward before that
         self.dequantized = 0
         self.dropout_grads = 0  # LoRA dropout on the output projection (see DenseMLP)
+        self.unsort_grads = 0  # MoE: gradients alive in the backward of the un-permutation
+        self.forward_extra = 0  # held beside all its saved tensors at its forward's top (MoE)
         self.bnb_inputs: set[str] = set()  # inputs kept by 4-bit layers (bitsandbytes < 0.43.2)
 
     def add(self, key: str, nbytes: int) -> None:
@@ -579,6 +581,8 @@ def backward_moments(
     moments = [(after_first + s.mlp_grads, copies - s.freed_first_copies)]
     if s.dropout_grads:
         moments.append((after_first + s.dropout_grads, copies - s.freed_first_copies))
+    if s.unsort_grads:  # before the MLP's own backward, all its saved tensors still there
+        moments.append((again + incoming + s.unsort_grads, copies))
     if recomputed:
         moments.append((again + incoming + s.incoming + s.forward_held, copies))
         if s.forward_peak:

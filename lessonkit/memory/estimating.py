@@ -513,6 +513,15 @@ class _Step:
         fws, bws = [fw], [bw_start, *bw_layers, bw_end]
         self.head_backward = chunked_head.backward_moments(self, bw_start)
         bws[1:1] = self.head_backward  # the chunked loss with offloading (memory/chunked_head.py)
+        extra = self.other_layer.forward_extra
+        if extra and not (s.gradient_checkpointing or s.activation_offload or self.fsdp):
+            # the last layer's forward at its top (MoE: its rows put back in token order),
+            # beside its input and the embeddings' output, which the frames hold until then
+            held = self.first_layer.held_unless_saved("L0.x", p * t * h)
+            if spec.n_layers > 1:
+                held += self.other_layer.held_unless_saved("L1.x", p * t * h)
+            below = self.inputs + self.embed_saved + self.fw_layers
+            fws.append(dict(fw, activations=below + held + extra, logits=0))
         if self.in_backward_head_grads:  # lm_head's gradient, stepped as backward begins
             bws.append(
                 dict(

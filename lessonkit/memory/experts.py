@@ -9,10 +9,15 @@ two grouped matrix multiplications over all the chosen rows, is weighted by its 
 weight, put back in token order and summed over its k experts.
 
 Every tensor of that path has ``tokens x top_k`` rows whatever the routing: the saved bytes
-do not depend on how evenly the router spreads the tokens (the estimate assumes even routing;
-with the grouped GEMM an uneven one changes the time, not these bytes). The per-expert loop of
-transformers' "eager" experts instead copies each expert's tokens in turn, so its peak grows
-with the busiest expert's share.
+do not depend on how evenly the router spreads the tokens. The estimate assumes balanced top-k
+routing; a real step with every token sent to the same k experts peaks where a balanced one
+does (tests/memory/test_moe_block.py). transformers' "eager" experts (a loop over the experts)
+keep more and are not modelled.
+
+With gradient checkpointing the backward of the sum over the k experts makes the per-row
+gradient before the un-permutation asks for its saved index, which starts the recomputation:
+the recomputed layer's peak is its forward up to that index, beside that gradient, with what
+the forward's frames hold then (the gathered rows, the weighted rows, the router's logits).
 """
 
 from __future__ import annotations
@@ -78,6 +83,8 @@ class MoEMLP:
             saved.add(f"{prefix}.gated", compute * rows * width)
         before = saved.activations
         weight_bytes = ROUTER_BYTES if self.float_weights else compute
+        # the weighted rows: fp32 routing weights (Mixtral) promote the product to fp32
+        row_bytes = max(weight_bytes, compute)
         saved.add(f"{prefix}.routing_weights", weight_bytes * rows)
         saved.add(f"{prefix}.down_out", compute * rows * hidden)  # for the weighting
         saved.add(f"{prefix}.inverse_perm", INDEX_BYTES * rows)
@@ -85,10 +92,49 @@ class MoEMLP:
             saved.freed_first = saved.activations - before + compute * rows * width
         else:
             saved.freed_first = saved.activations - before
-        # the backward's own: the weighted output's gradient per row, then the grouped down's
-        # input gradient and the gate and up gradients it makes
-        saved.mlp_grads = compute * rows * (hidden + 3 * width)
+        # inside the backward, once the grouped down's is done: its input gradient, the gate
+        # and up gradients the product makes from it, and the routing weights' gradient
+        saved.mlp_grads = compute * rows * 3 * width + weight_bytes * rows
+        # with checkpointing, the backward of the sum over the k experts makes the per-row
+        # gradient (contiguous, rows x hidden) before the un-permutation asks for its saved
+        # index and so starts the recomputation: it is alive while the layer is made again
+        saved.incoming = row_bytes * rows * hidden
+        # the un-permutation's backward: that gradient, and the zeros it is added into; under
+        # a dispatch mode (measure's tracker) PyTorch adds out of place, a third such tensor
+        saved.unsort_grads = 3 * row_bytes * rows * hidden
+        saved.forward_held = self._held_at_last_save(saved, ctx, spec, layer, flow, row_bytes)
+        # the forward's top, once the arange is gone: the rows put back in token order
+        saved.forward_extra = saved.forward_held - INDEX_BYTES * rows + row_bytes * rows * hidden
         return Flow(f"L{layer}.moe_out", ctx.residual_bytes, True)
+
+    def _held_at_last_save(
+        self,
+        saved: Saved,
+        ctx: StepContext,
+        spec: ModelSpec,
+        layer: int,
+        flow: Flow,
+        row_bytes: int,
+    ) -> int:
+        """What the forward's frames hold, besides the saved tensors, when a recomputation
+        stops at the block's last saved tensor (the un-permutation's index): the residual and
+        the block's input, the router's logits and routing weights, the sorted expert ids, the
+        histogram's input and counts, the gathered rows (saved only when the experts train),
+        the weighted rows and the index being built."""
+        tokens, hidden, compute = ctx.tokens, spec.hidden_size, ctx.compute_bytes
+        experts, rows = spec.n_experts, ctx.tokens * spec.experts_per_token
+        weight_bytes = ROUTER_BYTES if self.float_weights else compute
+        prefix = f"L{layer}.moe"
+        return (
+            saved.held_unless_saved(f"L{layer}.mid", ctx.residual_bytes * tokens * hidden)
+            + saved.held_unless_saved(flow.key, flow.element_bytes * tokens * hidden)
+            + compute * tokens * experts  # the router's logits
+            + weight_bytes * rows  # the top-k weights before the sort
+            + 2 * INDEX_BYTES * rows  # the sorted expert ids; the arange of the inverse
+            + ROUTER_BYTES * (rows + experts)  # histc's fp32 input and its counts
+            + saved.held_unless_saved(f"{prefix}.gathered", compute * rows * hidden)
+            + row_bytes * rows * hidden
+        )
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,10 @@ installed.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from ..models.spec import ModelSpec

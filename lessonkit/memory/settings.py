@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..errors import LessonkitError, choose, positive_int, real_number, unknown_name_message
+from ..models.experts import expert_target_error
 from ..models.spec import DEFAULT_LORA_TARGETS, LINEAR_MODULES, ModelSpec
 from ..options import (
     ATTENTION,
@@ -134,17 +135,30 @@ def _check_layer_targets(spec: ModelSpec, targets: tuple[str, ...] | str) -> Non
     """Raise for an unknown target, naming the ones this model has (lm_head and
     embed_tokens among them where LoRA on them is modelled)."""
     if isinstance(targets, str) or spec.family == "traced" or spec.tie_embeddings:
+        if spec.n_experts and not isinstance(targets, str):
+            own = LINEAR_MODULES.get(spec.family, LINEAR_MODULES["default"])
+            _check_expert_targets(targets, (*own, "all-linear"))
         spec.lora_shapes(targets)  # raises, naming the targets this model has
         return
     own = LINEAR_MODULES.get(spec.family, LINEAR_MODULES["default"])
     names = dict.fromkeys((*own, *(name for names in LINEAR_MODULES.values() for name in names)))
+    outer = OUTER_LORA_TARGETS if spec.family != "gpt2" else ("lm_head",)
+    allowed = (*(n for n in names if _layer_target(spec, n)), *outer, "all-linear")
+    if spec.n_experts:
+        _check_expert_targets(targets, allowed)
     for target in targets:
         if target not in names or not _layer_target(spec, target):
-            outer = OUTER_LORA_TARGETS if spec.family != "gpt2" else ("lm_head",)
-            allowed = (*(n for n in names if _layer_target(spec, n)), *outer, "all-linear")
             raise LessonkitError(
                 unknown_name_message(target, allowed, f"LoRA target for {spec.family}")
             )
+
+
+def _check_expert_targets(targets: tuple[str, ...], allowed: tuple[str, ...]) -> None:
+    """Raise for a LoRA target on a MoE model's experts (peft's target_parameters)."""
+    for target in targets:
+        error = expert_target_error(target, allowed)
+        if error is not None:
+            raise error
 
 
 def _layer_target(spec: ModelSpec, name: str) -> bool:

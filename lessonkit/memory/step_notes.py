@@ -98,18 +98,15 @@ def assumptions(step: Any) -> list[str]:
             f"{spec.experts_per_token} of them ({spec.active_params / 1e9:.2f}B active). "
             f"Activations as transformers' grouped-GEMM experts keep them: {router}, "
             "each token copied once per chosen expert, and "
-            "the sort's permutations. The estimate assumes even routing; with the grouped "
-            "GEMM these buffers have tokens x top-k rows whatever the routing, so an uneven "
-            "router changes the time, not this peak (the per-expert loop of the eager "
-            "experts would instead peak with the busiest expert's tokens)."
+            "the sort's permutations; with gradient checkpointing, the recomputed layer's "
+            "forward up to its last saved tensor beside the per-row gradient of the sum over "
+            "the k experts. The estimate assumes balanced top-k routing, but with the grouped "
+            "GEMM every one of these buffers has tokens x top-k rows whatever the routing: "
+            "sending every token to the same k experts (a real step of a 16-expert, top-4 "
+            "model, 4 x 512 tokens) left the peak where it was (78.6 MiB; 49.1 MiB with "
+            "checkpointing), so an uneven router changes the time, not this peak. The "
+            "per-expert loop of the eager experts is not modelled (86.5 MiB there, +10%)."
         )
-        if s.gradient_checkpointing and spec.family != "gpt_oss":  # within 1% measured
-            notes.append(
-                "Approximate: with gradient checkpointing, the backward through a recomputed "
-                "MoE layer is estimated from the experts' row gradients; against measured "
-                "steps it reads within 3% for Mixtral but 11-17% low for Qwen3-MoE (top-4 of "
-                "16 experts), so leave that much more room there."
-            )
     half = "fp16" if s.precision.startswith("fp16") else "bf16"
     sharded_mixed = (
         f"ZeRO-3 with {half} mixed precision as FSDP and DeepSpeed run it "
@@ -199,6 +196,18 @@ def assumptions(step: Any) -> list[str]:
             "dequantized into a 16-bit temporary in forward and again in backward; "
             "its output comes back in its input's dtype."
         )
+        if spec.n_experts and spec.family != "traced":
+            experts = spec.moe_layers * spec.n_experts * 3 * spec.hidden_size
+            experts *= spec.expert_intermediate_size
+            notes.append(
+                "QLoRA of a mixture of experts: the experts' 3D weights (mlp.experts.gate_up_proj "
+                "and down_proj) and the router are nn.Parameters, not nn.Linear, so "
+                "bitsandbytes' Linear4bit replacement (transformers' replace_with_bnb_linear, "
+                "BitsAndBytesConfig(load_in_4bit=True)) leaves them as they are: they stay "
+                f"{'fp32' if step.residual_bytes == 4 else 'bf16'} "
+                f"({experts * step.residual_bytes / 2**30:.2f} GiB of experts here); the "
+                "attention's linear layers (and any dense MLP's) are NF4."
+            )
         notes.append(
             "bitsandbytes 0.43.2 or later (measured with 0.50.2): a 4-bit layer keeps only "
             "its packed weight for backward."

@@ -117,3 +117,26 @@ def inactive_expert_params(
     if biased:  # gate_up_proj_bias and down_proj_bias
         per_expert += (2 if gated else 1) * width + hidden
     return moe_layers * (n_experts - per_token) * per_expert
+
+
+# what a LoRA target naming the experts' 3D weights (or the router) looks like: peft's
+# target_parameters names the parameters ("mlp.experts.gate_up_proj"), not modules
+EXPERT_TARGETS = frozenset(
+    prefix + name
+    for prefix in ("", "experts.", "mlp.experts.")
+    for name in ("gate_up_proj", "down_proj")
+) | {"experts", "mlp.experts", "gate", "mlp.gate"}
+
+
+def expert_target_error(target: str, allowed: tuple[str, ...]) -> LessonkitError | None:
+    """The error for a LoRA target on the experts of a MoE model, None for any other target."""
+    if target not in EXPERT_TARGETS:
+        return None
+    return LessonkitError(
+        f"LoRA target {target!r}: the experts' weights are 3D nn.Parameters "
+        "(mlp.experts.gate_up_proj, mlp.experts.down_proj), not linear layers. peft reaches "
+        "them with LoraConfig(target_parameters=[...]) (its ParamWrapper, which peft 0.21 runs "
+        "on transformers 5's grouped experts), but lessonkit does not model that yet: the "
+        "delta weights it builds for every expert in each forward are not estimated. "
+        f"Allowed: {', '.join(allowed)}."
+    )

@@ -9,6 +9,7 @@ within 2% at the median.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -205,6 +206,61 @@ LAYER_TYPE_ROWS = [
     )
     for method in ({}, dict(method="lora", precision="bf16"))
     for checkpointing in (False, True)
+]
+# MoE where the experts' activations outweigh the logits (vocabulary 1,000, 4 x 512 tokens):
+# the recomputed layer's backward under checkpointing, the last layer's forward without it;
+# real expert counts too (128 experts, top-8, as Qwen3-30B-A3B, at hidden 256)
+MOE_WIDE_SPECS = {
+    f"{family}-{name}": replace(
+        _family_spec(family, vocab_size=1000, **fields), name=f"tiny-{family}-{name}"
+    )
+    for family, name, fields in (
+        (
+            "qwen3_moe",
+            "16x4",
+            dict(
+                num_experts=16, num_experts_per_tok=4, moe_intermediate_size=128,
+                norm_topk_prob=True,
+            ),
+        ),
+        ("mixtral", "8x2", dict(num_local_experts=8, num_experts_per_tok=2)),
+        (
+            "qwen3_moe",
+            "128x8",
+            dict(
+                num_experts=128, num_experts_per_tok=8, moe_intermediate_size=96,
+                norm_topk_prob=True,
+            ),
+        ),
+    )
+}  # fmt: skip
+SPECS.update(MOE_WIDE_SPECS)
+MOE_WIDE_ROWS = [
+    (name, dict(batch_size=4, seq_len=512, **method, gradient_checkpointing=checkpointing))
+    for name in MOE_WIDE_SPECS
+    for method in (dict(precision="bf16"), dict(method="lora", precision="bf16"))
+    for checkpointing in (False, True)
+]
+# QLoRA of MoE models: the attention's linear layers in NF4, the experts' 3D weights and the
+# router (nn.Parameters, not nn.Linear) left in bf16 by bitsandbytes' Linear4bit replacement
+MOE_QLORA_ROWS = [
+    (name, dict(batch_size=4, seq_len=seq_len, method="qlora", precision="bf16", **more))
+    for name, seq_len in (("qwen3_moe", 256), ("mixtral", 256), ("qwen3_moe-128x8", 512))
+    for more in (dict(gradient_checkpointing=False), dict(gradient_checkpointing=True))
+]
+# ZeRO-3 of MoE models (FSDP2 on simulated ranks): each decoder layer's unit gathers all its
+# experts' weights, and its backward makes their full gradients before the reduce-scatter
+MOE_ZERO3_ROWS = [
+    (name, dict(batch_size=batch, seq_len=seq_len, n_gpus=n_gpus, zero_stage=3, **more))
+    for names, batch, seq_len, n_gpus in (
+        (tuple(MOE_SPECS), 2, 128, 2),
+        (tuple(MOE_WIDE_SPECS), 4, 512, 4),
+    )
+    for name in names
+    for more in (
+        dict(precision="bf16", gradient_checkpointing=False),
+        dict(precision="bf16", gradient_checkpointing=True),
+    )
 ]
 # full, LoRA and QLoRA, with and without checkpointing, for each of them
 FAMILY_ROWS = [
@@ -1075,6 +1131,9 @@ GRID += GPT_OSS_ROWS
 GRID += LAYER_TYPE_ROWS
 GRID += FSDP1_ROWS
 GRID += CHUNKED_OFFLOAD_ROWS
+GRID += MOE_WIDE_ROWS
+GRID += MOE_QLORA_ROWS
+GRID += MOE_ZERO3_ROWS
 
 
 def _id(case: tuple[str, dict]) -> str:

@@ -128,3 +128,54 @@ def test_nothing_saved_when_nothing_needs_a_gradient() -> None:
     saved = acts.Saved()
     out = block.forward(saved, _context(16, False), spec, 0, acts.Flow("x", 2, False))
     assert saved.activations == 0 and not out.needs_grad
+
+
+def _real_step_peak(monkeypatch: pytest.MonkeyPatch, spec: ModelSpec, skewed: bool) -> int:
+    """The tensor peak of one real LoRA step on CPU with gradient checkpointing; ``skewed``
+    overrides every router's choice so that every token goes to experts 0 to k-1."""
+    import lessonkit
+    from lessonkit.memory import measuring
+
+    finish, run_step = measuring.finish_model, measuring.run_step
+
+    def force_routing(model: Any, spec_: ModelSpec, settings: Any) -> None:
+        finish(model, spec_, settings)
+        for layer in model.get_base_model().model.layers:
+
+            def same_experts(module: Any, args: Any, out: Any) -> Any:
+                logits, weights, index = out
+                return logits, weights, torch.arange(index.shape[-1]).expand_as(index)
+
+            if skewed:
+                layer.mlp.gate.register_forward_hook(same_experts)
+
+    monkeypatch.setattr(measuring, "finish_model", force_routing)
+    monkeypatch.setattr(
+        measuring, "run_step", lambda spec_, settings, **_: run_step(spec_, settings, fake=False)
+    )
+    shape = dict(method="lora", precision="bf16", batch_size=2, seq_len=64)
+    return lessonkit.measure(spec, **shape, gradient_checkpointing=True).tensor_bytes
+
+
+def test_uneven_routing_leaves_the_grouped_experts_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The estimate assumes balanced routing; with the grouped GEMM every buffer has tokens x
+    top-k rows, so a router that sends every token to the same experts peaks where it does."""
+    import lessonkit
+
+    config = transformers.AutoConfig.for_model(
+        "qwen3_moe",
+        **(SMALL | dict(num_hidden_layers=2)),
+        num_experts=16,
+        num_experts_per_tok=4,
+        moe_intermediate_size=32,
+        norm_topk_prob=True,
+    )
+    spec = ModelSpec.from_hf_config(config.to_dict() | {"model_type": "qwen3_moe"})
+    balanced = _real_step_peak(monkeypatch, spec, skewed=False)
+    skewed = _real_step_peak(monkeypatch, spec, skewed=True)
+    assert abs(skewed - balanced) <= 0.005 * balanced
+    estimated = lessonkit.estimate(
+        spec, method="lora", precision="bf16", batch_size=2, seq_len=64,
+        gradient_checkpointing=True, device="cpu",
+    ).tensor_bytes  # fmt: skip
+    assert abs(estimated - skewed) <= 0.05 * skewed

@@ -174,7 +174,66 @@ def test_the_estimate_says_which_routing_it_assumes() -> None:
 
     report = lessonkit.estimate("qwen3-30b-a3b", method="lora", batch_size=1, seq_len=512)
     notes = " ".join(report.assumptions)
-    assert "even routing" in notes and "3.35B active" in notes and "all 128 experts" in notes
+    assert "balanced top-k routing" in notes and "3.35B active" in notes
+    assert "all 128 experts" in notes
+
+
+def test_checkpointing_of_experts_is_no_longer_marked_approximate() -> None:
+    import lessonkit
+
+    report = lessonkit.estimate(
+        "qwen3-30b-a3b", method="lora", batch_size=1, seq_len=512, gradient_checkpointing=True
+    )
+    notes = " ".join(report.assumptions)
+    assert "recomputed layer" in notes and "Approximate" not in notes
+
+
+def test_bitsandbytes_leaves_the_experts_in_bf16() -> None:
+    """transformers' 4-bit loading swaps nn.Linear (and Conv1D) for bitsandbytes' Linear4bit;
+    transformers 5 keeps the experts as 3D nn.Parameters and the router as a module of its own,
+    so both stay bf16: what estimate() quantizes (the spec's "linear" tensors) and no more."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    bnb = pytest.importorskip("bitsandbytes")
+    from transformers.integrations.bitsandbytes import replace_with_bnb_linear
+
+    import lessonkit
+
+    config = transformers.AutoConfig.for_model(
+        "qwen3_moe", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=128,
+        num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    quantization = transformers.BitsAndBytesConfig(load_in_4bit=True)
+    replace_with_bnb_linear(model, ["lm_head"], quantization)
+    quantized = {
+        name.split(".")[-1] for name, m in model.named_modules() if isinstance(m, bnb.nn.Linear4bit)
+    }
+    assert quantized == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    experts = model.model.layers[0].mlp.experts
+    assert experts.gate_up_proj.dtype == experts.down_proj.dtype == torch.bfloat16
+    spec = ModelSpec.from_hf_config(config.to_dict() | {"model_type": "qwen3_moe"})
+    layer = {t.name for t in spec.parameter_tensors().layer if t.kind == "linear"}
+    assert {name.split(".")[-2] for name in layer} == quantized
+    notes = " ".join(lessonkit.estimate(spec, method="qlora", seq_len=64).assumptions)
+    assert "experts' 3D weights" in notes and "stay bf16" in notes
+
+
+@pytest.mark.parametrize(
+    "target", ["mlp.experts.gate_up_proj", "experts.down_proj", "gate_up_proj"]
+)
+def test_lora_on_the_experts_weights_is_refused_with_what_peft_calls_it(target: str) -> None:
+    import lessonkit
+
+    with pytest.raises(LessonkitError) as raised:
+        lessonkit.estimate("qwen3-30b-a3b", method="lora", lora_targets=("q_proj", target))
+    message = str(raised.value)
+    assert repr(target) in message and "target_parameters" in message
+    assert "does not model" in message and "Allowed: q_proj" in message
+    with pytest.raises(LessonkitError, match="target_parameters"):
+        lessonkit.measure("mixtral-8x7b", method="lora", lora_targets=(target,))
 
 
 # gpt-oss's config.json on the Hub: (layers, experts), and OpenAI's published total and active
