@@ -89,6 +89,7 @@ def estimate(
     loss: str = "standard",
     loss_chunks: int = 8,
     no_sync: bool = False,
+    compile: bool = False,
 ) -> MemoryReport:
     """Estimate the peak GPU memory per GPU of one training step of ``model``.
 
@@ -126,6 +127,7 @@ def estimate(
         loss=loss,
         loss_chunks=loss_chunks,
         no_sync=no_sync,
+        compile=compile,
     )
     return _Step(spec, s).report()
 
@@ -319,6 +321,10 @@ class _Step:
             bnb_saves_input=qlora and s.bitsandbytes == "before-0.43.2",
         )
         self._activations()
+        if s.compile:  # the partitioner's saved tensors, from data (memory/compiled.py)
+            from .compiled import apply_compiled
+
+            apply_compiled(self)
 
     def _fsdp_buffers(
         self, layer_params: list[Any], root_params: list[Any], local: Any
@@ -553,7 +559,12 @@ class _Step:
         return zero3.fsdp_moments(self, static, grads_fw)
 
     def assumptions(self) -> list[str]:
-        return step_notes.assumptions(self)
+        notes = step_notes.assumptions(self)
+        if self.settings.compile:
+            from .compiled import compiled_note
+
+            notes.append(compiled_note())
+        return notes
 
     def report(self) -> MemoryReport:
         peaks, by_phase = self.phases()

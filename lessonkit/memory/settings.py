@@ -78,6 +78,7 @@ class RunSettings:
     loss: str = "standard"
     loss_chunks: int = DEFAULT_LOSS_CHUNKS
     no_sync: bool = False
+    compile: bool = False  # torch.compile of each decoder layer (memory/compiled.py)
 
     @property
     def mixed(self) -> bool:
@@ -238,6 +239,7 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
             kw.get("loss_chunks", DEFAULT_LOSS_CHUNKS), "loss_chunks", maximum=MAX_SEQ
         ),
         no_sync=_flag(kw.get("no_sync", False), "no_sync"),
+        compile=_flag(kw.get("compile", False), "compile"),
     )
     if s.method != "full":
         _check_layer_targets(spec, layer_lora_targets(s.lora_targets))
@@ -319,4 +321,29 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
             "ZeRO-3 cannot shard 4-bit QLoRA weights in this calculator; use "
             "zero_stage 0, 1 or 2 with QLoRA."
         )
+    if s.compile:
+        _check_compiled(spec, s)
     return s
+
+
+def _check_compiled(spec: ModelSpec, s: RunSettings) -> None:
+    """What compile=True models: one GPU, no offloading or in-backward step (see compiled.py)."""
+    from .compiled import check_compiled
+
+    check_compiled(spec, s.method, s.precision, s.gradient_checkpointing)
+    others = {
+        "n_gpus > 1": s.n_gpus > 1,
+        "zero_stage": s.zero_stage > 0,
+        "activation_offload": s.activation_offload,
+        "optimizer_in_backward": s.optimizer_in_backward,
+        "loss='chunked'": s.loss == "chunked",
+        "lora_dropout": s.lora_dropout > 0,
+        "attention='eager'": s.attention == "eager",
+        "lm_head/embed_tokens LoRA targets": bool(outer_lora_targets(s.lora_targets)),
+    }
+    chosen = [name for name, on in others.items() if on]
+    if chosen:
+        raise LessonkitError(
+            f"compile=True is modelled on one GPU with the standard loss and SDPA attention, "
+            f"without {', '.join(chosen)}: set compile=False, or leave those out."
+        )

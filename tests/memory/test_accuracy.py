@@ -870,8 +870,18 @@ GRID = [
 ]
 
 
+# torch.compile of each decoder layer (pure bf16, as torchtune's compiled recipes): the
+# layers keep AOTAutograd's partitioner's saved tensors; compile with checkpointing is refused
+COMPILE_ROWS = [
+    (family, dict(batch_size=batch, seq_len=seq, precision="bf16", compile=True, **method))
+    for family, batch, seq in (("llama", 4, 256), ("wide", 2, 512), ("qwen", 4, 256))
+    for method in ({}, dict(method="lora"))
+]
+
+
 GRID += FAMILY_ROWS
 GRID += MOE_ROWS
+GRID += COMPILE_ROWS
 
 
 def _id(case: tuple[str, dict]) -> str:
