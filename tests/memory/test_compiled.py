@@ -108,3 +108,33 @@ def test_combinations_not_modelled_are_refused(settings: dict, named: str) -> No
 def test_other_families_are_refused() -> None:
     with pytest.raises(LessonkitError, match="llama, qwen2 families, not gpt2"):
         lessonkit.estimate("gpt2", precision="bf16", compile=True)
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_the_data_holds_at_another_shape(method: str) -> None:
+    """The min-cut weighs tensors by size, so what it saves could change with the shape: the
+    data, traced on one shape, must give a trace's bytes on another (hidden 512, 8 heads)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    import inspect
+
+    from lessonkit.memory.compiled import compiled_layer_bytes
+    from lessonkit.memory.compiled_trace import trace_layer
+    from lessonkit.memory.measuring import build_model, validate
+
+    spec = ModelSpec(
+        name="wide-llama",
+        family="llama",
+        n_layers=2,
+        hidden_size=512,
+        n_heads=8,
+        n_kv_heads=8,
+        intermediate_size=1408,
+        vocab_size=1000,
+    )
+    signature = inspect.signature(lessonkit.memory.estimating.estimate)
+    defaults = {name: p.default for name, p in signature.parameters.items() if name != "model"}
+    kw = defaults | dict(method=method, precision="bf16", batch_size=2, seq_len=512)
+    model = build_model(spec, validate(spec, **kw), "meta")
+    traced = sum(t.nbytes for t in trace_layer(model, spec, 2, 512, True))
+    assert traced == compiled_layer_bytes(spec, method, "bf16", 16, 2 * 512, True)
