@@ -159,6 +159,13 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
         "unsharded gradients (no memory change for ZeRO-0/1)",
     )
     parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile each decoder layer (as torchtune's compile=True): the layers "
+        "save what AOTAutograd's partitioner keeps; llama/qwen2, full or LoRA, "
+        "--precision bf16, without --gradient-checkpointing",
+    )
+    parser.add_argument(
         "--loss",
         default="standard",
         help="standard (the full logits in fp32, default) or chunked (torchtune's "
@@ -228,6 +235,7 @@ def run_vram(args: argparse.Namespace) -> int:
         loss_chunks=args.loss_chunks,
         no_sync=args.no_sync,
         fsdp_version=args.fsdp_version,
+        compile=args.compile,
     )
     report = estimate(args.model, **settings)
     fits = None if gpu is None else report.fits(gpu.usable_bytes)

@@ -101,6 +101,7 @@ def estimate(
     loss_chunks: int = 8,
     no_sync: bool = False,
     fsdp_version: int = 2,
+    compile: bool = False,
 ) -> MemoryReport:
     """Estimate the peak GPU memory per GPU of one training step of ``model``.
 
@@ -139,6 +140,7 @@ def estimate(
         loss_chunks=loss_chunks,
         no_sync=no_sync,
         fsdp_version=fsdp_version,
+        compile=compile,
     )
     return _Step(spec, s).report()
 
@@ -348,6 +350,10 @@ class _Step:
         self._activations()
         # loading the checkpoint before the first step (memory/loading.py)
         self.loading = estimate_loading(spec, s, _buffer_bytes(spec, self.stored_bytes))
+        if s.compile:  # the partitioner's saved tensors, from data (memory/compiled.py)
+            from .compiled import apply_compiled
+
+            apply_compiled(self)
 
     def _fsdp_buffers(
         self, layer_params: list[Any], root_params: list[Any], local: Any
@@ -618,7 +624,12 @@ class _Step:
         return zero3.fsdp_moments(self, static, grads_fw)
 
     def assumptions(self) -> list[str]:
-        return step_notes.assumptions(self)
+        notes = step_notes.assumptions(self)
+        if self.settings.compile:
+            from .compiled import compiled_note
+
+            notes.append(compiled_note())
+        return notes
 
     def report(self) -> MemoryReport:
         peaks, by_phase = self.phases()

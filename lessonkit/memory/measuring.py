@@ -72,6 +72,7 @@ def measure(
     loss_chunks: int = 8,
     no_sync: bool = False,
     fsdp_version: int = 2,
+    compile: bool = False,
 ) -> MemoryReport:
     """Measure the peak memory per GPU of one training step of ``model`` (see the module doc).
 
@@ -106,6 +107,7 @@ def measure(
         loss_chunks=loss_chunks,
         no_sync=no_sync,
         fsdp_version=fsdp_version,
+        compile=compile,
     )
     _require_torch()
     if settings.device == "cuda":
@@ -325,6 +327,13 @@ def run_step(
         ids = torch.randint(
             0, spec.vocab_size, (settings.batch_size, settings.seq_len), device=device
         )
+        if settings.compile:  # each layer traced once, before anything is tracked
+            from .compiled_trace import compiled_layers
+
+            stack.enter_context(compiled_layers(model))
+            model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+            for param in params:
+                param.grad = None
         weights = parallel.parameters(model) + list(model.buffers()) + quant_state_tensors(model)
         tracker = Tracker()
         tracker.ignored = storage_keys([t for o in optimizers for t in off_device_tensors(o)])
@@ -556,6 +565,12 @@ def measure_cuda(spec: ModelSpec, settings: RunSettings) -> MemoryReport:
     return report
 
 
+COMPILED_NOTE = (
+    "compile=True: each decoder layer runs through AOTAutograd with inductor's partitioner "
+    "(min_cut_rematerialization_partition), so a layer keeps the partitioner's saved tensors "
+    "for backward, fewer and others than eager mode (its backward recomputes the rest); the "
+    "embeddings, the head and the loss run eagerly; the graphs run with eager kernels."
+)
 _PARALLEL_NOTES = (
     "Per GPU of {n} with DDP: as one GPU plus DDP's gradient buckets (a second copy of the "
     "gradients, gradient_as_bucket_view=False).",
@@ -713,6 +728,8 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
         )
     if s.gradient_checkpointing:
         notes.append("Gradient checkpointing (use_reentrant=False) on every decoder layer.")
+    if s.compile:
+        notes.append(COMPILED_NOTE)
     if s.activation_offload:
         notes.append(
             "Activation offloading: torch.autograd.graph.save_on_cpu's two hooks around forward "

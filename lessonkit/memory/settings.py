@@ -81,6 +81,7 @@ class RunSettings:
     loss_chunks: int = DEFAULT_LOSS_CHUNKS
     no_sync: bool = False
     fsdp_version: int = 2
+    compile: bool = False  # torch.compile of each decoder layer (memory/compiled.py)
 
     @property
     def mixed(self) -> bool:
@@ -269,6 +270,7 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
         ),
         no_sync=_flag(kw.get("no_sync", False), "no_sync"),
         fsdp_version=_fsdp_version(kw.get("fsdp_version", 2), zero),
+        compile=_flag(kw.get("compile", False), "compile"),
     )
     if s.method != "full":
         _check_layer_targets(spec, layer_lora_targets(s.lora_targets))
@@ -346,6 +348,8 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
         )
     if s.fsdp_version == 1:
         _check_fsdp1(s, spec)
+    if s.compile:
+        _check_compiled(spec, s)
     return s
 
 
@@ -369,4 +373,27 @@ def _check_fsdp1(s: RunSettings, spec: ModelSpec) -> None:
         raise LessonkitError(
             "fsdp_version=1 is modelled for the dense families lessonkit describes block by "
             f"block (llama, qwen2, gpt2, ...), not for {spec.name} ({kind}): use fsdp_version=2."
+        )
+
+
+def _check_compiled(spec: ModelSpec, s: RunSettings) -> None:
+    """What compile=True models: one GPU, no offloading or in-backward step (see compiled.py)."""
+    from .compiled import check_compiled
+
+    check_compiled(spec, s.method, s.precision, s.gradient_checkpointing)
+    others = {
+        "n_gpus > 1": s.n_gpus > 1,
+        "zero_stage": s.zero_stage > 0,
+        "activation_offload": s.activation_offload,
+        "optimizer_in_backward": s.optimizer_in_backward,
+        "loss='chunked'": s.loss == "chunked",
+        "lora_dropout": s.lora_dropout > 0,
+        "attention='eager'": s.attention == "eager",
+        "lm_head/embed_tokens LoRA targets": bool(outer_lora_targets(s.lora_targets)),
+    }
+    chosen = [name for name, on in others.items() if on]
+    if chosen:
+        raise LessonkitError(
+            f"compile=True is modelled on one GPU with the standard loss and SDPA attention, "
+            f"without {', '.join(chosen)}: set compile=False, or leave those out."
         )

@@ -613,3 +613,17 @@ def test_the_report_shows_the_loading_moment(capsys) -> None:
     data = json.loads(out)
     assert data["loading"]["reserved_bytes"] == report.loading.reserved_bytes
     assert data["run_reserved_bytes"] == report.run_reserved_bytes
+
+
+def test_compile_reaches_the_estimate(capsys) -> None:
+    args = ("--model", "llama-2-7b", "--precision", "bf16", "--batch-size", "4")
+    args += ("--seq-len", "4096", "--json")  # activations decide the peak
+    code, out, _ = run(capsys, *args, "--compile")
+    data = json.loads(out)
+    shape = dict(precision="bf16", batch_size=4, seq_len=4096)
+    expected = estimate("llama-2-7b", compile=True, **shape)
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    assert data["settings"]["compile"] is True
+    assert data["total_bytes"] < estimate("llama-2-7b", **shape).total_bytes
+    code, _, err = run(capsys, *args, "--compile", "--gradient-checkpointing")
+    assert code == 2 and "gradient_checkpointing" in err

@@ -1125,6 +1125,15 @@ CHUNKED_OFFLOAD_ROWS = [
 ]
 
 
+# torch.compile of each decoder layer (pure bf16, as torchtune's compiled recipes): the
+# layers keep AOTAutograd's partitioner's saved tensors; compile with checkpointing is refused
+COMPILE_ROWS = [
+    (family, dict(batch_size=batch, seq_len=seq, precision="bf16", compile=True, **method))
+    for family, batch, seq in (("llama", 4, 256), ("wide", 2, 512), ("qwen", 4, 256))
+    for method in ({}, dict(method="lora"))
+]
+
+
 GRID += FAMILY_ROWS
 GRID += MOE_ROWS
 GRID += GPT_OSS_ROWS
@@ -1134,6 +1143,7 @@ GRID += CHUNKED_OFFLOAD_ROWS
 GRID += MOE_WIDE_ROWS
 GRID += MOE_QLORA_ROWS
 GRID += MOE_ZERO3_ROWS
+GRID += COMPILE_ROWS
 
 
 def _id(case: tuple[str, dict]) -> str:

@@ -1,0 +1,118 @@
+"""What a compiled training step saves for backward: AOTAutograd's partitioner, traced.
+
+``torch.compile`` (inductor, its default backend) traces each compiled region's forward and
+backward into one joint graph and splits it with
+``torch._functorch.partitioners.min_cut_rematerialization_partition``: the forward keeps
+fewer, and other, tensors than eager autograd does, and the backward recomputes the cheap rest.
+``memory/compiled_trace.py`` traces one decoder layer of a transformers model that way under
+FakeTensorMode (nothing is allocated) and reads the tensors the forward graph hands to the
+backward graph: the saved tensors. Their bytes, per token, are stored by family in
+``lessonkit/data/compiled_saves.json`` (written by ``tools/compiled_saves.py``), where
+estimate(compile=True) reads them here as plain numbers (no torch).
+
+Each saved tensor's size per token is one of the layer's widths (hidden, intermediate, the
+key/value width, the number of heads, the LoRA rank, or 1); the data gives the bytes per token
+per unit of each width, so one trace on a shape where the widths differ gives every size.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from ..errors import LessonkitError
+from ..models.spec import ModelSpec
+
+COMPILED_FAMILIES = ("llama", "qwen2")
+COMPILED_METHODS = ("full", "lora")
+COMPILED_PRECISIONS = ("bf16",)
+WIDTHS = ("hidden", "intermediate", "kv", "heads", "rank", "one")
+
+
+def widths(spec: ModelSpec, lora_rank: int) -> dict[str, int]:
+    """The per-token widths a decoder layer's tensors come in."""
+    return {
+        "hidden": spec.hidden_size,
+        "intermediate": spec.intermediate_size,
+        "kv": spec.n_kv_heads * spec.head_width,
+        "heads": spec.n_heads,
+        "rank": lora_rank,
+        "one": 1,
+    }
+
+
+def check_compiled(spec: ModelSpec, method: str, precision: str, checkpointing: bool) -> None:
+    """Raise a LessonkitError for a compiled run that is not modelled."""
+    if spec.family not in COMPILED_FAMILIES:
+        raise LessonkitError(
+            f"compile=True is modelled for the {', '.join(COMPILED_FAMILIES)} families, "
+            f"not {spec.family}: use compile=False for {spec.name}."
+        )
+    if method not in COMPILED_METHODS:
+        raise LessonkitError(
+            f"compile=True is modelled for method {' and '.join(map(repr, COMPILED_METHODS))}, "
+            f"not {method!r} (bitsandbytes' 4-bit layers are not traced): use compile=False."
+        )
+    if precision not in COMPILED_PRECISIONS:
+        raise LessonkitError(
+            f"compile=True is modelled in pure bf16 (precision='bf16', as torchtune's compiled "
+            f"recipes run), not {precision!r}: autocast's weight copies inside a compiled "
+            f"region are not modelled yet."
+        )
+    if checkpointing:
+        raise LessonkitError(
+            "compile=True together with gradient_checkpointing is not modelled yet (the "
+            "partitioner then decides what a checkpointed layer recomputes): set one of them "
+            "to False."
+        )
+
+
+@cache
+def _data() -> dict[str, Any]:
+    text = resources.files("lessonkit").joinpath("data/compiled_saves.json").read_text()
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def data_key(family: str, method: str, precision: str, input_grad: bool) -> str:
+    """The data file's key of one traced case."""
+    return f"{family}/{method}/{precision}/{'input-grad' if input_grad else 'no-input-grad'}"
+
+
+def compiled_layer_bytes(
+    spec: ModelSpec, method: str, precision: str, lora_rank: int, tokens: int, input_grad: bool
+) -> int:
+    """Bytes one compiled decoder layer saves for backward (from the data file)."""
+    per_width = _data()["layers"][data_key(spec.family, method, precision, input_grad)]
+    sizes = widths(spec, lora_rank)
+    return tokens * sum(int(per_width[name]) * sizes[name] for name in WIDTHS)
+
+
+def apply_compiled(step: Any) -> None:
+    """Replace an estimate's decoder-layer activations (``estimating._Step``) by what the
+    compiled layers save, from the data file; nothing else of the step changes."""
+    spec, s, ctx = step.spec, step.settings, step.ctx
+    full = s.method == "full"
+    layer = compiled_layer_bytes(spec, s.method, s.precision, s.lora_rank, ctx.tokens, True)
+    first = compiled_layer_bytes(spec, s.method, s.precision, s.lora_rank, ctx.tokens, full)
+    step.layer_saved, step.first_saved = layer, first
+    step.layers_saved = [first] + [layer] * (spec.n_layers - 1)
+    step.fw_layers = first + (spec.n_layers - 1) * layer + step.rope
+
+
+COMPILED_NOTE = (
+    "compile=True: each decoder layer is compiled (AOTAutograd with inductor's partitioner, "
+    "min_cut_rematerialization_partition): it saves for backward what the partitioner keeps, "
+    "traced with torch {torch} ({source}), fewer tensors than eager mode since its backward "
+    "recomputes the cheap rest; the embeddings, the head and the loss as in eager mode."
+)
+
+
+def compiled_note() -> str:
+    """The assumption an estimate with compile=True states."""
+    data = _data()
+    return COMPILED_NOTE.format(
+        torch=data["torch_version"], source="lessonkit/data/compiled_saves.json"
+    )

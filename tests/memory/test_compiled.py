@@ -1,0 +1,140 @@
+"""compile=True: the partitioner's saved tensors, traced, stored as data and checked.
+
+The data file lessonkit/data/compiled_saves.json must be what tracing gives with the installed
+torch (so this fails when PyTorch's partitioner changes); the accuracy grid's COMPILE_ROWS
+compare estimate(compile=True) with measure(compile=True).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+
+import lessonkit
+from lessonkit.errors import LessonkitError
+from lessonkit.models.spec import ModelSpec
+from tests.script_loader import load_script
+
+LLAMA = ModelSpec(
+    name="tiny-llama",
+    family="llama",
+    n_layers=2,
+    hidden_size=256,
+    n_heads=4,
+    n_kv_heads=4,
+    intermediate_size=688,
+    vocab_size=4096,
+)
+
+
+def _stored() -> dict:
+    text = resources.files("lessonkit").joinpath("data/compiled_saves.json").read_text()
+    return json.loads(text)
+
+
+def test_data_file_matches_a_trace_now() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    import torch
+
+    tool = load_script("tools/compiled_saves.py")
+    data = _stored()
+    assert data["source"] and data["as_of"]
+    # the release, whatever the build (+cpu, +cu126)
+    release = torch.__version__.split("+")[0]
+    assert data["torch_version"].split("+")[0] == release, "retrace: tools/compiled_saves.py"
+    assert tool.traced_layers() == data["layers"]
+
+
+def test_compiled_layers_save_less_than_eager() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    kw = dict(precision="bf16", batch_size=2, seq_len=128, device="cpu")
+    eager = lessonkit.measure(LLAMA, **kw)
+    compiled = lessonkit.measure(LLAMA, compile=True, **kw)
+    assert compiled.breakdown["activations"] < eager.breakdown["activations"]
+    for name in ("weights", "gradients", "optimizer"):
+        assert compiled.breakdown.get(name) == eager.breakdown.get(name)
+    assert any("min_cut_rematerialization_partition" in a for a in compiled.assumptions)
+
+
+def test_estimate_reads_the_data_file() -> None:
+    from lessonkit.memory.estimating import _Step
+    from lessonkit.memory.settings import validate_run
+
+    layer = _stored()["layers"]["llama/full/bf16/input-grad"]
+    kw = dict(precision="bf16", batch_size=2, seq_len=128, device="cpu")
+    eager = lessonkit.estimate(LLAMA, **kw)
+    compiled = lessonkit.estimate(LLAMA, compile=True, **kw)
+    widths = dict(hidden=256, intermediate=688, kv=256, heads=4, rank=16, one=1)
+    per_layer = 2 * 128 * sum(layer[name] * widths[name] for name in widths)
+    eager_layer = _Step(LLAMA, validate_run(LLAMA, **_defaults(kw))).layer_saved
+    # both at the start of backward: every layer's saved tensors, the rest unchanged
+    assert compiled.peak_phase == eager.peak_phase == "backward"
+    difference = compiled.breakdown["activations"] - eager.breakdown["activations"]
+    assert difference == LLAMA.n_layers * (per_layer - eager_layer)
+    assert any("compile=True" in a for a in compiled.assumptions)
+
+
+def _defaults(kw: dict) -> dict:
+    import inspect
+
+    signature = inspect.signature(lessonkit.memory.estimating.estimate)
+    defaults = {name: p.default for name, p in signature.parameters.items() if name != "model"}
+    return defaults | kw
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        (dict(gradient_checkpointing=True), "gradient_checkpointing"),
+        (dict(method="qlora"), "'qlora'"),
+        (dict(precision="bf16-mixed"), "'bf16-mixed'"),
+        (dict(n_gpus=2), "n_gpus > 1"),
+        (dict(loss="chunked"), "loss='chunked'"),
+        (dict(attention="eager"), "attention='eager'"),
+        (dict(compile="yes"), "compile must be True or False"),
+    ],
+)
+def test_combinations_not_modelled_are_refused(settings: dict, named: str) -> None:
+    kw = dict(precision="bf16", compile=True) | settings
+    with pytest.raises(LessonkitError, match=None) as error:
+        lessonkit.estimate(LLAMA, **kw)
+    assert named in str(error.value)
+
+
+def test_other_families_are_refused() -> None:
+    with pytest.raises(LessonkitError, match="llama, qwen2 families, not gpt2"):
+        lessonkit.estimate("gpt2", precision="bf16", compile=True)
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_the_data_holds_at_another_shape(method: str) -> None:
+    """The min-cut weighs tensors by size, so what it saves could change with the shape: the
+    data, traced on one shape, must give a trace's bytes on another (hidden 512, 8 heads)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    import inspect
+
+    from lessonkit.memory.compiled import compiled_layer_bytes
+    from lessonkit.memory.compiled_trace import trace_layer
+    from lessonkit.memory.measuring import build_model, validate
+
+    spec = ModelSpec(
+        name="wide-llama",
+        family="llama",
+        n_layers=2,
+        hidden_size=512,
+        n_heads=8,
+        n_kv_heads=8,
+        intermediate_size=1408,
+        vocab_size=1000,
+    )
+    signature = inspect.signature(lessonkit.memory.estimating.estimate)
+    defaults = {name: p.default for name, p in signature.parameters.items() if name != "model"}
+    kw = defaults | dict(method=method, precision="bf16", batch_size=2, seq_len=512)
+    model = build_model(spec, validate(spec, **kw), "meta")
+    traced = sum(t.nbytes for t in trace_layer(model, spec, 2, 512, True))
+    assert traced == compiled_layer_bytes(spec, method, "bf16", 16, 2 * 512, True)

@@ -1,0 +1,117 @@
+"""Write lessonkit/data/compiled_saves.json: what a compiled decoder layer saves for backward.
+
+    python tools/compiled_saves.py            # trace and write the data file
+    python tools/compiled_saves.py --check    # exit 1 when the file differs from a new trace
+
+Each family's layer is traced with AOTAutograd and inductor's partitioner
+(min_cut_rematerialization_partition) under FakeTensorMode (lessonkit/memory/compiled.py), on a
+shape whose widths all differ, and the saved tensors' bytes per token per unit of width stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = ROOT / "lessonkit" / "data" / "compiled_saves.json"
+TRACE_RANK, TRACE_BATCH, TRACE_SEQ = 8, 1, 40
+
+
+def trace_spec(family: str) -> Any:
+    """A two-layer model of ``family`` whose widths all differ (192, 448, 64, 6, 8, 1)."""
+    from lessonkit.models.spec import ModelSpec
+
+    extra: dict[str, Any] = {"attention_bias": "qkv"} if family == "qwen2" else {}
+    return ModelSpec(
+        name=f"traced-{family}",
+        family=family,
+        n_layers=2,
+        hidden_size=192,
+        n_heads=6,
+        n_kv_heads=2,
+        intermediate_size=448,
+        vocab_size=1024,
+        **extra,
+    )
+
+
+def traced_layers() -> dict[str, dict[str, int]]:
+    """Bytes per token per unit of width, by data key, traced now."""
+    from lessonkit.memory import compiled, compiled_trace
+    from lessonkit.memory.measuring import build_model, validate
+
+    out = {}
+    for family in compiled.COMPILED_FAMILIES:
+        spec = trace_spec(family)
+        for method in compiled.COMPILED_METHODS:
+            for precision in compiled.COMPILED_PRECISIONS:
+                for input_grad in (True, False):
+                    settings = validate(
+                        spec,
+                        method=method,
+                        precision=precision,
+                        optimizer="adamw",
+                        batch_size=TRACE_BATCH,
+                        seq_len=TRACE_SEQ,
+                        gradient_checkpointing=False,
+                        lora_rank=TRACE_RANK,
+                        lora_targets=None,
+                        n_gpus=1,
+                        zero_stage=0,
+                        attention="sdpa",
+                        offload_optimizer=False,
+                        double_quant=True,
+                        lora_dtype="fp32",
+                        gradient_accumulation=1,
+                        device="cpu",
+                    )
+                    model = build_model(spec, settings, "meta")
+                    saved = compiled_trace.trace_layer(
+                        model, spec, TRACE_BATCH, TRACE_SEQ, input_grad
+                    )
+                    key = compiled.data_key(family, method, precision, input_grad)
+                    out[key] = compiled_trace.per_width_bytes(
+                        spec, TRACE_RANK, TRACE_BATCH * TRACE_SEQ, saved
+                    )
+    return out
+
+
+def main() -> int:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare, do not write")
+    args = parser.parse_args()
+    layers = traced_layers()
+    if args.check:
+        stored = json.loads(DATA.read_text())["layers"]
+        if stored != layers:
+            print(f"{DATA} differs from a trace with torch {torch.__version__}: rerun the tool")
+            return 1
+        return 0
+    data = {
+        "about": "Bytes per token per unit of width that one compiled decoder layer saves for "
+        "backward (widths: hidden, intermediate, kv = n_kv_heads x head_dim, heads, rank = "
+        "the LoRA rank, one). Keys: family/method/precision/whether the layer's input "
+        "requires grad (LoRA's first layer does not).",
+        "source": "traced with torch "
+        f"{torch.__version__} (CPU): AOTAutograd's aot_function with "
+        "torch._functorch.partitioners.min_cut_rematerialization_partition (inductor's "
+        "partitioner) on transformers' decoder layer under FakeTensorMode; the forward graph's "
+        "outputs the backward graph takes, de-aliased; tools/compiled_saves.py",
+        "as_of": datetime.date.today().isoformat(),
+        "torch_version": torch.__version__,
+        "layers": layers,
+    }
+    DATA.write_text(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
