@@ -51,6 +51,8 @@ class CachingAllocator:
     _blocks: dict[int, list[_Block]] = field(default_factory=dict)  # by segment, in order
     _pools: dict[int, bool] = field(default_factory=dict)  # segment -> small pool
     _live: dict[object, _Block] = field(default_factory=dict)
+    # the free blocks of each pool (small or large): where a request is looked for
+    _free: dict[bool, set[_Block]] = field(default_factory=lambda: {True: set(), False: set()})
 
     def __post_init__(self) -> None:
         self.round = _constant("round_bytes")
@@ -64,15 +66,10 @@ class CachingAllocator:
         """Allocate ``nbytes`` for ``key`` (a tensor storage's identity)."""
         size = max(self.round, -(-nbytes // self.round) * self.round)
         small = size <= self.small_request
-        fits = [
-            b
-            for segment, blocks in self._blocks.items()
-            if self._pools[segment] == small
-            for b in blocks
-            if b.free and b.size >= size
-        ]
+        fits = [b for b in self._free[small] if b.size >= size]
         if fits:
             block = min(fits, key=lambda b: (b.size, b.segment, b.offset))
+            self._free[small].discard(block)
         else:
             if small:
                 segment_size = self.small_segment
@@ -90,6 +87,7 @@ class CachingAllocator:
             blocks = self._blocks[block.segment]
             rest = _Block(block.segment, block.offset + size, remaining)
             blocks.insert(blocks.index(block) + 1, rest)
+            self._free[small].add(rest)
             block.size = size
         block.free = False
         self._live[key] = block
@@ -101,13 +99,17 @@ class CachingAllocator:
         block = self._live.pop(key)
         block.free = True
         self.allocated -= block.size
+        free = self._free[self._pools[block.segment]]
+        free.add(block)
         blocks = self._blocks[block.segment]
         i = blocks.index(block)
         if i + 1 < len(blocks) and blocks[i + 1].free:
-            block.size += blocks.pop(i + 1).size
+            merged = blocks.pop(i + 1)
+            free.discard(merged)
+            block.size += merged.size
         if i > 0 and blocks[i - 1].free:
             blocks[i - 1].size += block.size
-            blocks.pop(i)
+            free.discard(blocks.pop(i))
 
 
 def replay(events: Iterable[tuple[object, int]]) -> CachingAllocator:

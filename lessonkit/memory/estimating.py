@@ -19,6 +19,7 @@ mixed precision (layers gathered in 16 bits from fp32 shards), not autocast.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -348,12 +349,18 @@ class _Step:
             bnb_saves_input=qlora and s.bitsandbytes == "before-0.43.2",
         )
         self._activations()
-        # loading the checkpoint before the first step (memory/loading.py)
-        self.loading = estimate_loading(spec, s, _buffer_bytes(spec, self.stored_bytes))
         if s.compile:  # the partitioner's saved tensors, from data (memory/compiled.py)
             from .compiled import apply_compiled
 
             apply_compiled(self)
+
+    @functools.cached_property
+    def loading(self) -> Any:
+        """Loading the checkpoint before the first step (memory/loading.py), worked out when
+        the report's text or timeline first asks for it."""
+        return estimate_loading(
+            self.spec, self.settings, _buffer_bytes(self.spec, self.stored_bytes)
+        )
 
     def _fsdp_buffers(
         self, layer_params: list[Any], root_params: list[Any], local: Any
@@ -660,7 +667,7 @@ class _Step:
             source="estimate",
             timeline_source=self.timeline,
             managed_bytes=min(self.managed, breakdown["optimizer"]),
-            loading=self.loading,
+            loading_source=lambda: self.loading,
         )
 
     def timeline(self) -> Any:

@@ -180,12 +180,13 @@ def saved_by_layer(
     layer 1), the last layer's (the first the backward reaches) and the first layer's (its
     input needs a gradient only where ``first_grad``)."""
     each = decoder_layers(spec)
-    walked: dict[DecoderLayer, Saved] = {}
+    # the layers of one kind are one object: keyed by identity (a layer's hash walks its blocks)
+    walked: dict[int, Saved] = {}
     for layer in each[1:] or each[:1]:
-        if layer not in walked:
-            walked[layer] = layer.saved(spec, ctx, 1, True)
-    rest = [walked[layer] for layer in each[1:]]
-    return rest, walked[each[-1]], each[0].saved(spec, ctx, 0, first_grad)
+        if id(layer) not in walked:
+            walked[id(layer)] = layer.saved(spec, ctx, 1, True)
+    rest = [walked[id(layer)] for layer in each[1:]]
+    return rest, walked[id(each[-1])], each[0].saved(spec, ctx, 0, first_grad)
 
 
 def without_rope(saved: list[Saved]) -> tuple[list[int], int]:

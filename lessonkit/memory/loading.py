@@ -142,17 +142,17 @@ def summarize(events: list[tuple[str, int, str]], source: str) -> Loading:
     them)."""
     freed = {key for key, nbytes, _ in events if not nbytes}
     live: dict[str, int] = {}
-    total = peak = weights_at_peak = 0
+    total = peak = weights_at_peak = kept = 0  # kept: the live bytes never freed later
     peak_tensor = ""
     for key, nbytes, tensor in events:
         if nbytes:
             live[key] = live.get(key, 0) + nbytes
             total += nbytes
+            kept += 0 if key in freed else nbytes
         else:
             total -= live.pop(key)
         if total > peak:
-            peak, peak_tensor = total, tensor
-            weights_at_peak = sum(b for k, b in live.items() if k not in freed)
+            peak, peak_tensor, weights_at_peak = total, tensor, kept
     allocator = caching_allocator.replay((key, nbytes) for key, nbytes, _ in events)
     warmup = next((nbytes for key, nbytes, _ in events if key == "warmup"), 0)
     return Loading(

@@ -39,6 +39,7 @@ PHASES = ("forward", "backward", "optimizer")
 
 # How the course says each phase of a step in a sentence ("the peak is in the backward pass").
 PHASE_WORDS = {
+    "loading": "loading of the checkpoint",
     "forward": "forward pass",
     "backward": "backward pass",
     "optimizer": "optimizer step",
@@ -96,13 +97,22 @@ class MemoryReport:
     # a timeline.Timeline, or a function that makes one when first asked for (see ``timeline``)
     timeline_source: Any = field(default=None, repr=False, compare=False)
     managed_bytes: int = 0
-    # loading the checkpoint before the first step (memory/loading.py Loading), where known
-    loading: Any = field(default=None, compare=False)
+    # loading the checkpoint before the first step (memory/loading.py Loading), where known,
+    # or a function that works it out when first asked for (see ``loading``)
+    loading_source: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.breakdown = {key: int(self.breakdown.get(key, 0)) for key in CATEGORIES} | {
             key: int(value) for key, value in self.breakdown.items() if key not in CATEGORIES
         }
+
+    @property
+    def loading(self) -> Any:
+        """Loading the checkpoint before the first step (a memory.loading.Loading), or None
+        where it is not modelled; worked out on first use, so an estimate stays quick."""
+        if callable(self.loading_source):
+            self.loading_source = self.loading_source()
+        return self.loading_source
 
     @property
     def timeline(self) -> Any:

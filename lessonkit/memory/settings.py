@@ -163,11 +163,7 @@ def _check_expert_targets(targets: tuple[str, ...], allowed: tuple[str, ...]) ->
 
 
 def _layer_target(spec: ModelSpec, name: str) -> bool:
-    try:
-        spec.lora_shapes((name,))
-    except LessonkitError:
-        return False
-    return True
+    return name in spec.lora_target_names()
 
 
 def _check_outer_targets(spec: ModelSpec, outer: tuple[str, ...]) -> None:

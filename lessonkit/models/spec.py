@@ -446,11 +446,7 @@ class ModelSpec:
             return list(shapes.values())
         if isinstance(targets, str):
             targets = (targets,)
-        allowed = LINEAR_MODULES.get(self.family, LINEAR_MODULES["default"])
-        if self.family == TRACED:
-            allowed = tuple(sorted({key.split(".")[-1] for key in shapes}))
-        if not self.gated_mlp and self.family != "gpt2":
-            allowed = tuple(a for a in allowed if a != "gate_proj")
+        allowed = self.lora_target_names()
         chosen = []
         for target in targets:
             if target not in allowed:
@@ -461,6 +457,15 @@ class ModelSpec:
                 )
             chosen += [s for key, s in shapes.items() if key.split(".")[-1] == target]
         return chosen
+
+    def lora_target_names(self) -> tuple[str, ...]:
+        """The decoder layers' linear layers LoRA can target, by the names peft matches."""
+        allowed = LINEAR_MODULES.get(self.family, LINEAR_MODULES["default"])
+        if self.family == TRACED:
+            allowed = tuple(sorted({key.split(".")[-1] for key in self.linear_shapes()}))
+        if not self.gated_mlp and self.family != "gpt2":
+            allowed = tuple(a for a in allowed if a != "gate_proj")
+        return allowed
 
     @property
     def default_lora_targets(self) -> tuple[str, ...]:
@@ -560,13 +565,19 @@ def preset_names() -> list[str]:
 
 
 @cache
-def get_preset(name: str) -> ModelSpec:
-    """A preset by name, forgiving case and separators ('Llama-2-7B', 'llama2 7b')."""
+def _preset_keys() -> dict[str, str]:
+    """Each preset's name and aliases, normalised, to the preset's name."""
     by_key: dict[str, str] = {}
     for preset, entry in _preset_data().items():
         for alias in [preset, *entry.get("aliases", [])]:
             by_key[normalise_name(alias)] = preset
-    key = by_key.get(normalise_name(name))
+    return by_key
+
+
+@cache
+def get_preset(name: str) -> ModelSpec:
+    """A preset by name, forgiving case and separators ('Llama-2-7B', 'llama2 7b')."""
+    key = _preset_keys().get(normalise_name(name))
     if key is None:
         raise LessonkitError(unknown_name_message(name, preset_names(), "model"))
     entry = _preset_data()[key]
@@ -671,10 +682,8 @@ def resolve_model(model: object) -> ModelSpec:
                 f"A model name or path of {len(model):,} characters is too long "
                 f"(at most {_MAX_NAME:,}): {short_repr(model)}."
             )
-        try:
+        if normalise_name(model) in _preset_keys():
             return get_preset(model)
-        except LessonkitError as unknown:
-            not_a_preset = unknown
         try:
             size = parse_count(model)
         except LessonkitError:
@@ -689,6 +698,7 @@ def resolve_model(model: object) -> ModelSpec:
         if model.endswith(".json") or _is_path(model):
             return ModelSpec.from_hf_config(model)
         nowhere = " Nor is it a file or folder here." if "/" in model or "\\" in model else ""
+        not_a_preset = unknown_name_message(model, preset_names(), "model")
         raise LessonkitError(
             f"{not_a_preset} Or a size in parameters: '7B', '1.5B', '350M' (not GB).{nowhere}"
         )

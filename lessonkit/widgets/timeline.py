@@ -36,6 +36,9 @@ TIMELINE_CONTROLS = [
 
 # The timeline's moment labels (memory/timeline.py), in the words of the readout.
 MOMENT_WORDS = (
+    (r"loading, done", "at the end of the loading of the checkpoint"),
+    (r"loading, the warm-up block", "as the loading of the checkpoint reserves its warm-up block"),
+    (r"loading, (.+)", r"during the loading of the checkpoint, at \1"),
     (r"forward, (\d+) of (\d+) layers", r"in the forward pass, after \1 of \2 layers"),
     (r"forward, the loss \(logits\)", "at the end of the forward pass, as the loss is computed"),
     (

@@ -174,7 +174,7 @@ def test_reserved_over_the_run_is_the_higher_of_loading_and_the_step():
     assert f"{short.loading.reserved_bytes / GiB:.2f} GiB stays reserved" in text
     # a loader that reserves more than the step (torchtune's 9.13 GB, say) sets the figure
     bigger = dataclasses.replace(short.loading, reserved_bytes=2 * short.reserved_bytes)
-    loaded_first = dataclasses.replace(short, loading=bigger)
+    loaded_first = dataclasses.replace(short, loading_source=bigger)
     assert loaded_first.run_reserved_bytes == 2 * short.reserved_bytes
     assert "loading's reserve" in str(loaded_first)
     assert short.to_dict()["loading"]["peak_tensor"] == short.loading.peak_tensor
