@@ -99,9 +99,8 @@ class MoEMLP:
         # gradient (contiguous, rows x hidden) before the un-permutation asks for its saved
         # index and so starts the recomputation: it is alive while the layer is made again
         saved.incoming = row_bytes * rows * hidden
-        # the un-permutation's backward: that gradient, and the zeros it is added into; under
-        # a dispatch mode (measure's tracker) PyTorch adds out of place, a third such tensor
-        saved.unsort_grads = 3 * row_bytes * rows * hidden
+        # the un-permutation's backward: that gradient, and the zeros it is added into in place
+        saved.unsort_grads = 2 * row_bytes * rows * hidden
         saved.forward_held = self._held_at_last_save(saved, ctx, spec, layer, flow, row_bytes)
         # the forward's top, once the arange is gone: the rows put back in token order
         saved.forward_extra = saved.forward_held - INDEX_BYTES * rows + row_bytes * rows * hidden

@@ -23,6 +23,18 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_leaves
 
 _LABELS: list[str] = []
+
+# Backward formulas that make zeros and write into them: a plain step writes in place, but under
+# any Python dispatch mode (this tracker, FakeTensorMode) autograd calls the out-of-place op
+# instead (FunctionsManual.cpp's tensor-subclass branch), one more tensor of the result's size
+# than a real run holds. The tracker runs the in-place op, as the step on a GPU does.
+_WRITES_INTO_ZEROS = {
+    "IndexBackward0": ("index_put", "index_put_"),
+    "GatherBackward0": ("scatter_add", "scatter_add_"),
+    "TopkBackward0": ("scatter", "scatter_"),
+    "IndexSelectBackward0": ("index_add", "index_add_"),
+}
+_OUT_OF_PLACE = {out_of_place for out_of_place, _ in _WRITES_INTO_ZEROS.values()}
 OFFLOADED = "offloaded"  # the label of host copies (activation offloading): not on the device
 
 
@@ -87,6 +99,7 @@ class Tracker(TorchDispatchMode):
         self._refs: dict[int, weakref.ref[Any]] = {}
         self.host_live = self.host_peak = 0  # storages made under label(OFFLOADED)
         self._host_keys: set[int] = set()
+        self._fresh_zeros: int | None = None  # storage of zeros a backward formula just made
 
     # ----- recording ----------------------------------------------------------------------
     def add(
@@ -210,7 +223,9 @@ class Tracker(TorchDispatchMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        func = self._as_plain_step_runs(func, args)
         out = func(*args, **(kwargs or {}))
+        self._note_fresh_zeros(func, out)
         copy_of_weight = False
         if func in _COPY_OPS and args and isinstance(args[0], torch.Tensor):
             copy_of_weight = bool(storage_keys([args[0]]) & self.weight_keys)
@@ -218,6 +233,31 @@ class Tracker(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 self.add(t, copy_of_weight=copy_of_weight)
         return out
+
+    def _as_plain_step_runs(self, func: Any, args: tuple[Any, ...]) -> Any:
+        """The in-place op a plain step runs where the dispatch mode made autograd call the
+        out-of-place one on the zeros its backward formula just made (see _WRITES_INTO_ZEROS)."""
+        if self._fresh_zeros is None or func.overloadpacket.__name__ not in _OUT_OF_PLACE:
+            return func
+        node = torch._C._current_autograd_node()
+        pair = _WRITES_INTO_ZEROS.get(type(node).__name__) if node is not None else None
+        target = args[0] if args else None
+        if pair is None or func.overloadpacket.__name__ != pair[0]:
+            return func
+        if not isinstance(target, torch.Tensor) or (
+            target.untyped_storage()._cdata != self._fresh_zeros
+        ):
+            return func
+        self._fresh_zeros = None
+        return getattr(getattr(torch.ops.aten, pair[1]), func._overloadname)
+
+    def _note_fresh_zeros(self, func: Any, out: Any) -> None:
+        """Remember the zeros a backward formula of _WRITES_INTO_ZEROS makes."""
+        if func is not torch.ops.aten.new_zeros.default or not isinstance(out, torch.Tensor):
+            return
+        node = torch._C._current_autograd_node()
+        if node is not None and type(node).__name__ in _WRITES_INTO_ZEROS:
+            self._fresh_zeros = out.untyped_storage()._cdata
 
     # ----- reading --------------------------------------------------------------------------
     def peaks(self) -> tuple[list[tuple[str, int]], int]:
