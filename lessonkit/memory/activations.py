@@ -72,7 +72,7 @@ class Saved:
         self.forward_peak = 0  # the highest moment of its forward before that
         self.dequantized = 0
         self.dropout_grads = 0  # LoRA dropout on the output projection (see DenseMLP)
-        self.unsort_grads = 0  # MoE: gradients alive in the backward of the un-permutation
+        self.unsort_grads = 0  # MoE: gradients alive in the un-permutation and weighting backward
         self.forward_extra = 0  # held beside all its saved tensors at its forward's top (MoE)
         self.bnb_inputs: set[str] = set()  # inputs kept by 4-bit layers (bitsandbytes < 0.43.2)
 

@@ -99,8 +99,10 @@ class MoEMLP:
         # gradient (contiguous, rows x hidden) before the un-permutation asks for its saved
         # index and so starts the recomputation: it is alive while the layer is made again
         saved.incoming = row_bytes * rows * hidden
-        # the un-permutation's backward: that gradient, and the zeros it is added into in place
-        saved.unsort_grads = 2 * row_bytes * rows * hidden
+        # then the weighting's backward, once the un-permutation has put that gradient back in
+        # row order (into zeros, in place): the row-order gradient, the down output's gradient
+        # and the product with the down output that becomes the routing weights' gradient
+        saved.unsort_grads = 3 * row_bytes * rows * hidden
         saved.forward_held = self._held_at_last_save(saved, ctx, spec, layer, flow, row_bytes)
         # the forward's top, once the arange is gone: the rows put back in token order
         saved.forward_extra = saved.forward_held - INDEX_BYTES * rows + row_bytes * rows * hidden
