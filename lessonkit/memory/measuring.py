@@ -40,7 +40,7 @@ from typing import Any
 from ..errors import LessonkitError
 from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
 from .report import PHASES, MemoryReport
-from .settings import MAX_ACCUMULATION, RunSettings, validate_run
+from .settings import MAX_ACCUMULATION, RunSettings, lora_on_experts, validate_run
 
 MAX_MEASURED_MICRO_BATCHES = 64  # measure runs each one; estimate() takes up to MAX_ACCUMULATION
 
@@ -183,12 +183,16 @@ def build_model(spec: ModelSpec, settings: RunSettings, device: str) -> Any:
         import peft
 
         targets = settings.lora_targets
+        experts = lora_on_experts(settings)  # 3D weights: peft's target_parameters
         lora = peft.LoraConfig(
             r=settings.lora_rank,
             lora_alpha=2 * settings.lora_rank,
             lora_dropout=settings.lora_dropout,
             task_type="CAUSAL_LM",
-            target_modules=(targets if isinstance(targets, str) else list(targets)),
+            target_modules=(
+                targets if isinstance(targets, str) else [t for t in targets if t not in experts]
+            ),
+            target_parameters=[f"mlp.{name}" for name in experts] or None,
         )
         with warnings.catch_warnings():  # deprecations inside peft; GPT-2's Conv1D notice
             warnings.simplefilter("ignore", FutureWarning)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..errors import LessonkitError, choose, positive_int, real_number, unknown_name_message
-from ..models.experts import expert_target_error
+from ..models.experts import EXPERT_TARGETS, expert_target_error, expert_targets
 from ..models.spec import DEFAULT_LORA_TARGETS, LINEAR_MODULES, ModelSpec
 from ..options import (
     ATTENTION,
@@ -138,20 +138,75 @@ def _check_layer_targets(spec: ModelSpec, targets: tuple[str, ...] | str) -> Non
     if isinstance(targets, str) or spec.family == "traced" or spec.tie_embeddings:
         if spec.n_experts and not isinstance(targets, str):
             own = LINEAR_MODULES.get(spec.family, LINEAR_MODULES["default"])
-            _check_expert_targets(targets, (*own, "all-linear"))
+            _check_expert_targets(targets, (*own, *_expert_names(spec), "all-linear"))
         spec.lora_shapes(targets)  # raises, naming the targets this model has
         return
     own = LINEAR_MODULES.get(spec.family, LINEAR_MODULES["default"])
     names = dict.fromkeys((*own, *(name for names in LINEAR_MODULES.values() for name in names)))
     outer = OUTER_LORA_TARGETS if spec.family != "gpt2" else ("lm_head",)
-    allowed = (*(n for n in names if _layer_target(spec, n)), *outer, "all-linear")
+    allowed = (
+        *(n for n in names if _layer_target(spec, n)),
+        *_expert_names(spec),
+        *outer,
+        "all-linear",
+    )
     if spec.n_experts:
         _check_expert_targets(targets, allowed)
     for target in targets:
+        if target in EXPERT_TARGETS and spec.experts_take_lora:
+            continue
         if target not in names or not _layer_target(spec, target):
             raise LessonkitError(
                 unknown_name_message(target, allowed, f"LoRA target for {spec.family}")
             )
+
+
+def _expert_names(spec: ModelSpec) -> tuple[str, ...]:
+    """The names of LoRA targets on the experts' weights, where that is modelled."""
+    return ("experts", *EXPERT_TARGETS) if spec.experts_take_lora else ()
+
+
+def _with_expert_targets(spec: ModelSpec, targets: tuple[str, ...] | str) -> tuple[str, ...] | str:
+    """``targets`` with each name of the experts' weights spelled as in EXPERT_TARGETS
+    ("experts" standing for both), once each, in the order given."""
+    if isinstance(targets, str) or not spec.n_experts:
+        return targets
+    spelled: list[str] = []
+    for target in targets:
+        named = expert_targets(target)
+        if named is not None and not spec.experts_take_lora:
+            raise LessonkitError(
+                f"LoRA target {target!r}: LoRA on the experts' weights is modelled for the "
+                f"families described block by block (qwen3_moe, mixtral, gpt_oss), not for "
+                f"{spec.name} (a traced model): name its attention's linear layers instead."
+            )
+        spelled += named or (target,)
+    return tuple(dict.fromkeys(spelled))
+
+
+def lora_on_experts(s: RunSettings) -> tuple[str, ...]:
+    """The experts' weights (EXPERT_TARGETS) a run's LoRA targets name."""
+    if s.method == "full" or isinstance(s.lora_targets, str):
+        return ()
+    return tuple(t for t in EXPERT_TARGETS if t in s.lora_targets)
+
+
+def _check_lora_on_experts(s: RunSettings) -> None:
+    """What peft's ParamWrapper refuses, and what lessonkit measured it with (bf16 weights)."""
+    others = {
+        "lora_dropout > 0 (peft's ParamWrapper refuses it)": s.lora_dropout > 0,
+        f"precision {s.precision!r}": s.precision != "bf16",
+        "zero_stage=3": s.zero_stage == 3,
+        "activation_offload": s.activation_offload,
+    }
+    chosen = [name for name, on in others.items() if on]
+    if chosen:
+        raise LessonkitError(
+            "LoRA on the experts' weights (peft's target_parameters) is modelled with bf16 "
+            f"weights (precision 'bf16'), lora_dropout=0 and no ZeRO-3 or "
+            f"activation offloading; got {', '.join(chosen)}. Change those, or leave "
+            "'experts' out of lora_targets."
+        )
 
 
 def _check_expert_targets(targets: tuple[str, ...], allowed: tuple[str, ...]) -> None:
@@ -243,7 +298,9 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
         seq_len=_seq_len(kw["seq_len"], spec),
         gradient_checkpointing=_flag(kw["gradient_checkpointing"], "gradient_checkpointing"),
         lora_rank=positive_int(kw["lora_rank"], "lora_rank", maximum=MAX_RANK),
-        lora_targets=spec.resolve_lora_targets(_targets(kw["lora_targets"])),
+        lora_targets=_with_expert_targets(
+            spec, spec.resolve_lora_targets(_targets(kw["lora_targets"]))
+        ),
         n_gpus=positive_int(kw["n_gpus"], "n_gpus", maximum=MAX_GPUS),
         zero_stage=zero,
         attention=choose(kw["attention"], ATTENTION, "attention"),
@@ -276,6 +333,8 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
                 f"lora_rank must be at most the hidden size of {spec.name} "
                 f"({spec.hidden_size}), got {s.lora_rank}."
             )
+    if lora_on_experts(s):
+        _check_lora_on_experts(s)
     if s.method == "qlora" and s.precision in ("fp32", "bf16-master"):
         raise LessonkitError(
             f"QLoRA computes in 16 bits on 4-bit weights; precision {s.precision!r} makes no "

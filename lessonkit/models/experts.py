@@ -119,24 +119,39 @@ def inactive_expert_params(
     return moe_layers * (n_experts - per_token) * per_expert
 
 
-# what a LoRA target naming the experts' 3D weights (or the router) looks like: peft's
-# target_parameters names the parameters ("mlp.experts.gate_up_proj"), not modules
-EXPERT_TARGETS = frozenset(
-    prefix + name
-    for prefix in ("", "experts.", "mlp.experts.")
-    for name in ("gate_up_proj", "down_proj")
-) | {"experts", "mlp.experts", "gate", "mlp.gate"}
+# LoRA on the experts: peft's target_parameters wraps each 3D weight (its ParamWrapper); the
+# names lessonkit accepts for them, each for one weight or "experts" for both
+EXPERT_TARGETS = ("experts.gate_up_proj", "experts.down_proj")
+_EXPERT_ALIASES = {
+    "experts": EXPERT_TARGETS,
+    "mlp.experts": EXPERT_TARGETS,
+    **{name: (name,) for name in EXPERT_TARGETS},
+    **{f"mlp.{name}": (name,) for name in EXPERT_TARGETS},
+}
+# names that look like the experts' weights or the router but are neither a linear layer nor
+# a target lessonkit models
+_NOT_TARGETS = ("gate_up_proj", "down_proj", "gate", "mlp.gate", "router", "mlp.router")
+
+
+def expert_targets(target: str) -> tuple[str, ...] | None:
+    """The experts' weights a LoRA target names (EXPERT_TARGETS), None if it names none."""
+    return _EXPERT_ALIASES.get(target)
 
 
 def expert_target_error(target: str, allowed: tuple[str, ...]) -> LessonkitError | None:
-    """The error for a LoRA target on the experts of a MoE model, None for any other target."""
-    if target not in EXPERT_TARGETS:
+    """The error for a name of a MoE model's experts or router that is not a target lessonkit
+    models ("gate_up_proj" alone, the router), None for any other name."""
+    if target not in _NOT_TARGETS:
         return None
-    return LessonkitError(
-        f"LoRA target {target!r}: the experts' weights are 3D nn.Parameters "
-        "(mlp.experts.gate_up_proj, mlp.experts.down_proj), not linear layers. peft reaches "
-        "them with LoraConfig(target_parameters=[...]) (its ParamWrapper, which peft 0.21 runs "
-        "on transformers 5's grouped experts), but lessonkit does not model that yet: the "
-        "delta weights it builds for every expert in each forward are not estimated. "
-        f"Allowed: {', '.join(allowed)}."
-    )
+    if target in ("gate_up_proj", "down_proj"):
+        what = (
+            f"the experts' weights are 3D nn.Parameters (mlp.experts.{target}), not linear "
+            f"layers, so peft's target_modules does not reach them: name them "
+            f"'experts.{target}' (peft's target_parameters), or 'experts' for both."
+        )
+    else:
+        what = (
+            "the router (a plain nn.Parameter that picks each token's experts) is not a "
+            "LoRA target lessonkit models."
+        )
+    return LessonkitError(f"LoRA target {target!r}: {what} Allowed: {', '.join(allowed)}.")

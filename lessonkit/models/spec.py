@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from ..errors import LessonkitError, normalise_name, real_number, unknown_name_message
 from ..safe_repr import short_repr
 from ..units import parse_count
-from .experts import check_expert_fields, inactive_expert_params
+from .experts import EXPERT_TARGETS, check_expert_fields, inactive_expert_params
 from .hf_config import FAMILIES, hf_config_from_spec, read_hf_config, spec_fields
 from .traced import TRACED, meta_inventory, traced_config, traced_experts
 
@@ -449,6 +449,8 @@ class ModelSpec:
         allowed = self.lora_target_names()
         chosen = []
         for target in targets:
+            if target in EXPERT_TARGETS and self.experts_take_lora:
+                continue  # 3D weights, not linear layers: expert_lora_shapes
             if target not in allowed:
                 raise LessonkitError(
                     unknown_name_message(
@@ -457,6 +459,28 @@ class ModelSpec:
                 )
             chosen += [s for key, s in shapes.items() if key.split(".")[-1] == target]
         return chosen
+
+    @property
+    def experts_take_lora(self) -> bool:
+        """Whether LoRA on the experts' 3D weights (peft's target_parameters) is modelled: the
+        families whose MoE layers are described block by block (qwen3_moe, mixtral, gpt_oss)."""
+        return bool(self.n_experts) and self.family != TRACED
+
+    def expert_lora_shapes(self, targets: tuple[str, ...] | str) -> list[tuple[int, int, int]]:
+        """Per-layer (experts, in, out) of the experts' weights that LoRA ``targets`` name
+        (EXPERT_TARGETS): peft's ParamWrapper gives each an A of [rank x experts, in] and a B
+        of [out, rank x experts]."""
+        if isinstance(targets, str) or not self.experts_take_lora:
+            return []
+        width = {
+            "experts.gate_up_proj": 2 * self.expert_intermediate_size,
+            "experts.down_proj": self.expert_intermediate_size,
+        }
+        return [
+            (self.n_experts, width[name], self.hidden_size)
+            for name in EXPERT_TARGETS
+            if name in targets
+        ]
 
     def lora_target_names(self) -> tuple[str, ...]:
         """The decoder layers' linear layers LoRA can target, by the names peft matches."""
@@ -491,9 +515,12 @@ class ModelSpec:
         )
 
     def lora_params(self, rank: int, targets: tuple[str, ...] | str) -> int:
-        """Trainable parameters of LoRA adapters: rank x (in + out) per targeted layer."""
+        """Trainable parameters of LoRA adapters: rank x (in + out) per targeted layer, and
+        rank x experts x (in + out) per targeted expert weight."""
         layers = 1 if self.family == TRACED else self.n_layers  # traced: every layer's
-        return layers * sum(rank * (a + b) for a, b in self.lora_shapes(targets))
+        linear = sum(rank * (a + b) for a, b in self.lora_shapes(targets))
+        experts = sum(rank * e * (a + b) for e, a, b in self.expert_lora_shapes(targets))
+        return layers * (linear + experts)
 
     # ----- conversions --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
