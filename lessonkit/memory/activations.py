@@ -74,6 +74,10 @@ class Saved:
         self.dropout_grads = 0  # LoRA dropout on the output projection (see DenseMLP)
         self.unsort_grads = 0  # MoE: gradients alive in the un-permutation and weighting backward
         self.forward_extra = 0  # held beside all its saved tensors at its forward's top (MoE)
+        # MoE with LoRA on the experts' weights (memory/experts.py): the folded expert stacks
+        # the forward's cache holds without saving them, and the backward's moments of theirs
+        self.cached_folds = 0
+        self.weight_grad_moments: list[int] = []
         self.bnb_inputs: set[str] = set()  # inputs kept by 4-bit layers (bitsandbytes < 0.43.2)
 
     def add(self, key: str, nbytes: int) -> None:
@@ -581,6 +585,8 @@ def backward_moments(
     moments = [(after_first + s.mlp_grads, copies - s.freed_first_copies)]
     if s.dropout_grads:
         moments.append((after_first + s.dropout_grads, copies - s.freed_first_copies))
+    for extra in s.weight_grad_moments:  # LoRA on the experts' weights
+        moments.append((again + incoming + extra, copies))
     if s.unsort_grads:  # before the MLP's own backward, all its saved tensors still there
         moments.append((again + incoming + s.unsort_grads, copies))
     if recomputed:

@@ -198,6 +198,12 @@ class _Step:
                     ((s.lora_rank, n_in), self.adapter_bytes, True),
                     ((n_out, s.lora_rank), self.adapter_bytes, True),
                 ]
+            # the experts' 3D weights (peft's ParamWrapper): A [r x experts, in], B [out, r x experts]
+            for experts, n_in, n_out in spec.expert_lora_shapes(s.lora_targets):
+                adapters += [
+                    ((s.lora_rank * experts, n_in), self.adapter_bytes, True),
+                    ((n_out, s.lora_rank * experts), self.adapter_bytes, True),
+                ]
             # outside the layers: lm_head's A [r, hidden] and B [vocab, r]; peft's LoRA
             # Embedding's A [r, vocab] and B [hidden, r]
             outer = outer_lora_targets(s.lora_targets)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..models.experts import EXPERT_TARGETS
 from ..models.spec import ModelSpec, ParamTensor
 from .activations import Flow, Saved, StepContext
 
@@ -57,44 +58,64 @@ class MoEMLP:
         """Add what the block saves for backward (16-bit compute: the grouped GEMM runs in
         the weights' dtype, bf16 in training) and return its output."""
         trains = ctx.trains_base
-        if not (trains or flow.needs_grad):
+        lora_gate_up, lora_down = (name in ctx.lora_targets for name in EXPERT_TARGETS)
+        if not (trains or flow.needs_grad or lora_gate_up or lora_down):
             return Flow(f"L{layer}.moe_out", ctx.residual_bytes, False)
         tokens, hidden = ctx.tokens, spec.hidden_size
         experts, top_k = spec.n_experts, spec.experts_per_token
         width, compute = spec.expert_intermediate_size, ctx.compute_bytes
         rows = tokens * top_k  # one row per (token, chosen expert)
         prefix = f"L{layer}.moe"
+        # which tensors of the path need a gradient: the router's (and the gathered rows'),
+        # the gate_up output's, the down output's (LoRA on a weight makes its output need one)
+        routed = trains or flow.needs_grad
+        up_grad = routed or lora_gate_up
         if trains:  # the router's input, for its weight's gradient
             saved.add(flow.key, compute * tokens * hidden)
-        saved.add(f"{prefix}.router_probs", ROUTER_BYTES * tokens * experts)
-        saved.add(f"{prefix}.top_k_index", INDEX_BYTES * tokens * top_k)
-        if self.normalize_top_k:  # the division's inputs: the top-k values and their sum
-            saved.add(f"{prefix}.top_k_values", ROUTER_BYTES * tokens * top_k)
-            saved.add(f"{prefix}.top_k_sum", ROUTER_BYTES * tokens)
-        # the gather's token index (perm // top_k) and the weights' permutation
-        saved.add(f"{prefix}.token_index", INDEX_BYTES * rows)
-        saved.add(f"{prefix}.perm", INDEX_BYTES * rows)
+        if routed:
+            saved.add(f"{prefix}.router_probs", ROUTER_BYTES * tokens * experts)
+            saved.add(f"{prefix}.top_k_index", INDEX_BYTES * tokens * top_k)
+            if self.normalize_top_k:  # the division's inputs: the top-k values and their sum
+                saved.add(f"{prefix}.top_k_values", ROUTER_BYTES * tokens * top_k)
+                saved.add(f"{prefix}.top_k_sum", ROUTER_BYTES * tokens)
+            # the gather's token index (perm // top_k) and the weights' permutation
+            saved.add(f"{prefix}.token_index", INDEX_BYTES * rows)
+            saved.add(f"{prefix}.perm", INDEX_BYTES * rows)
         saved.add(f"{prefix}.offsets", OFFSET_BYTES * experts)
-        if trains:  # the grouped gate_up's input, for the experts' weight gradients
+        if trains or lora_gate_up:  # the grouped gate_up's input, for its weight's gradient
             saved.add(f"{prefix}.gathered", compute * rows * hidden)
-        saved.add(f"{prefix}.gate_up", compute * rows * 2 * width)  # gate and up: views
-        saved.add(f"{prefix}.act", compute * rows * width)  # act(gate), for the product
-        if trains:  # act(gate) * up: the grouped down's input
+        if lora_gate_up:
+            expert_lora(saved, ctx, spec, f"{prefix}.gate_up_proj", 2 * width, hidden, routed)
+        if up_grad:
+            saved.add(f"{prefix}.gate_up", compute * rows * 2 * width)  # gate and up: views
+            saved.add(f"{prefix}.act", compute * rows * width)  # act(gate), for the product
+        if trains or lora_down:  # act(gate) * up: the grouped down's input
             saved.add(f"{prefix}.gated", compute * rows * width)
+        if lora_down:
+            expert_lora(saved, ctx, spec, f"{prefix}.down_proj", hidden, width, up_grad)
         before = saved.activations
         weight_bytes = ROUTER_BYTES if self.float_weights else compute
         # the weighted rows: fp32 routing weights (Mixtral) promote the product to fp32
         row_bytes = max(weight_bytes, compute)
         saved.add(f"{prefix}.routing_weights", weight_bytes * rows)
-        saved.add(f"{prefix}.down_out", compute * rows * hidden)  # for the weighting
+        if routed:  # for the routing weights' gradient
+            saved.add(f"{prefix}.down_out", compute * rows * hidden)
         saved.add(f"{prefix}.inverse_perm", INDEX_BYTES * rows)
-        if trains:
-            saved.freed_first = saved.activations - before + compute * rows * width
-        else:
-            saved.freed_first = saved.activations - before
+        weighting = saved.activations - before
+        saved.freed_first = weighting + (compute * rows * width if trains or lora_down else 0)
         # inside the backward, once the grouped down's is done: its input gradient, the gate
         # and up gradients the product makes from it, and the routing weights' gradient
-        saved.mlp_grads = compute * rows * 3 * width + weight_bytes * rows
+        saved.mlp_grads = (compute * rows * 3 * width + weight_bytes * rows) if up_grad else 0
+        if lora_gate_up or lora_down:
+            saved.weight_grad_moments = expert_weight_grads(
+                ctx,
+                spec,
+                (lora_gate_up, lora_down),
+                routed=routed,
+                weighting=weighting,
+                activation=compute * rows * 3 * width,
+                weight_bytes=weight_bytes,
+            )
         # with checkpointing, the backward of the sum over the k experts makes the per-row
         # gradient (contiguous, rows x hidden) before the un-permutation asks for its saved
         # index and so starts the recomputation: it is alive while the layer is made again
@@ -135,6 +156,7 @@ class MoEMLP:
             + ROUTER_BYTES * (rows + experts)  # histc's fp32 input and its counts
             + saved.held_unless_saved(f"{prefix}.gathered", compute * rows * hidden)
             + row_bytes * rows * hidden
+            + saved.cached_folds
         )
 
 
@@ -155,36 +177,126 @@ class BiasedMoEMLP:
         """Add what the block saves for backward and return its output (16-bit compute, as
         MoEMLP)."""
         trains = ctx.trains_base
-        if not (trains or flow.needs_grad):
+        lora_gate_up, lora_down = (name in ctx.lora_targets for name in EXPERT_TARGETS)
+        if not (trains or flow.needs_grad or lora_gate_up or lora_down):
             return Flow(f"L{layer}.moe_out", ctx.residual_bytes, False)
         tokens, hidden = ctx.tokens, spec.hidden_size
         experts, top_k = spec.n_experts, spec.experts_per_token
         width, compute = spec.expert_intermediate_size, ctx.compute_bytes
         rows = tokens * top_k
         prefix = f"L{layer}.moe"
+        routed = trains or flow.needs_grad  # as MoEMLP
+        up_grad = routed or lora_gate_up
         if trains:  # the router's input, for its weight's gradient
             saved.add(flow.key, compute * tokens * hidden)
-        saved.add(f"{prefix}.top_k_index", INDEX_BYTES * tokens * top_k)
-        saved.add(f"{prefix}.top_k_probs", compute * tokens * top_k)  # the softmax's output
-        saved.add(f"{prefix}.token_index", INDEX_BYTES * rows)
-        saved.add(f"{prefix}.perm", INDEX_BYTES * rows)
+        if routed:
+            saved.add(f"{prefix}.top_k_index", INDEX_BYTES * tokens * top_k)
+            saved.add(f"{prefix}.top_k_probs", compute * tokens * top_k)  # the softmax's output
+            saved.add(f"{prefix}.token_index", INDEX_BYTES * rows)
+            saved.add(f"{prefix}.perm", INDEX_BYTES * rows)
         if trains:  # each row's expert, to gather the biases' gradients
             saved.add(f"{prefix}.expert_ids", INDEX_BYTES * rows)
         saved.add(f"{prefix}.offsets", OFFSET_BYTES * experts)
-        if trains:
+        if trains or lora_gate_up:
             saved.add(f"{prefix}.gathered", compute * rows * hidden)
-        saved.add(f"{prefix}.gate_up", compute * rows * 2 * width)  # both clamps' input
-        # the activation: sigmoid's output, the clamped gate, up + 1 and the gated product
-        for part in ("sigmoid", "gate", "up_plus_one", "glu"):
-            saved.add(f"{prefix}.{part}", compute * rows * width)
-        if trains:  # the grouped down's input
+        if lora_gate_up:
+            expert_lora(saved, ctx, spec, f"{prefix}.gate_up_proj", 2 * width, hidden, routed)
+        if up_grad:
+            saved.add(f"{prefix}.gate_up", compute * rows * 2 * width)  # both clamps' input
+            # the activation: sigmoid's output, the clamped gate, up + 1 and the gated product
+            for part in ("sigmoid", "gate", "up_plus_one", "glu"):
+                saved.add(f"{prefix}.{part}", compute * rows * width)
+        if trains or lora_down:  # the grouped down's input
             saved.add(f"{prefix}.gated", compute * rows * width)
+        if lora_down:
+            expert_lora(saved, ctx, spec, f"{prefix}.down_proj", hidden, width, up_grad)
         before = saved.activations
         saved.add(f"{prefix}.routing_weights", compute * rows)
-        saved.add(f"{prefix}.down_out", compute * rows * hidden)
+        if routed:
+            saved.add(f"{prefix}.down_out", compute * rows * hidden)
         saved.add(f"{prefix}.inverse_perm", INDEX_BYTES * rows)
-        saved.freed_first = saved.activations - before + (compute * rows * width if trains else 0)
+        weighting = saved.activations - before
+        saved.freed_first = weighting + (compute * rows * width if trains or lora_down else 0)
+        if lora_gate_up or lora_down:
+            saved.weight_grad_moments = expert_weight_grads(
+                ctx,
+                spec,
+                (lora_gate_up, lora_down),
+                routed=routed,
+                weighting=weighting,
+                activation=compute * rows * 6 * width,
+                weight_bytes=compute,
+            )
         # the backward's own: the rows' output gradient, the down's input gradient and the
         # activation's (up + 1, glu, the clamped gate's) before the gate_up gradient
         saved.mlp_grads = compute * rows * (hidden + 4 * width)
         return Flow(f"L{layer}.moe_out", ctx.residual_bytes, True)
+
+
+def expert_lora(
+    saved: Saved,
+    ctx: StepContext,
+    spec: ModelSpec,
+    name: str,
+    n_out: int,
+    n_in: int,
+    input_grad: bool,
+) -> None:
+    """What peft's LoRA on one 3D expert weight (its ParamWrapper, ``target_parameters``)
+    saves: the forward folds the factors into a full copy of the expert stack,
+    ``baddbmm(W, B, A)`` in the weights' dtype, which saves both factors (cast to that dtype
+    when the adapters are in another, views of them otherwise), and the grouped GEMM keeps the
+    folded copy for its input's gradient when the input needs one."""
+    experts, rank, compute = spec.n_experts, ctx.lora_rank, ctx.compute_bytes
+    if ctx.adapter_bytes != compute:
+        saved.add(f"{name}.lora_factors", compute * rank * experts * (n_in + n_out))
+    folded = compute * experts * n_out * n_in
+    if input_grad:
+        saved.add(f"{name}.folded", folded)
+    else:  # parametrize's cache holds it until the experts' forward returns
+        saved.cached_folds += folded
+
+
+def expert_weight_grads(
+    ctx: StepContext,
+    spec: ModelSpec,
+    lora: tuple[bool, bool],
+    *,
+    routed: bool,
+    weighting: int,
+    activation: int,
+    weight_bytes: int,
+) -> list[int]:
+    """The backward's moments of LoRA on the experts' weights, beside the layer's saved tensors
+    and the gradient from above: each targeted grouped GEMM's backward makes the gradient of
+    the whole folded expert stack (and its input's gradient), then the fold's backward turns
+    it into the factors' gradients. ``lora``: (gate_up, down) targeted; ``weighting``: bytes
+    the weighting and un-permutation saved; ``activation``: what the activation saved."""
+    lora_gate_up, lora_down = lora
+    tokens, hidden, compute = ctx.tokens, spec.hidden_size, ctx.compute_bytes
+    experts, rank, adapter = spec.n_experts, ctx.lora_rank, ctx.adapter_bytes
+    width, rows = spec.expert_intermediate_size, tokens * spec.experts_per_token
+    up_grad = routed or lora_gate_up
+    routing_grad = weight_bytes * rows if routed else 0  # the routing weights' gradient
+    factor_bytes = compute if adapter != compute else 0  # the factors' casts, saved
+    moments: list[int] = []
+    freed = weighting
+    if lora_down:
+        folded, factors = compute * experts * hidden * width, rank * experts * (hidden + width)
+        gated = compute * rows * width
+        grads = compute * rows * hidden + routing_grad + (gated if up_grad else 0)
+        moments.append(-freed + grads + folded)
+        kept = folded if up_grad else 0
+        moments.append(-freed - kept - gated + grads + folded + (compute + adapter) * factors)
+        freed += gated + kept + factor_bytes * factors
+    if lora_gate_up:
+        folded, factors = compute * experts * 2 * width * hidden, rank * experts * (hidden + 2 * width)
+        gathered = compute * rows * hidden
+        freed += activation
+        grads = compute * rows * 2 * width + (gathered if routed else 0) + routing_grad
+        if lora_down:  # the down factors' gradients, made already
+            grads += adapter * rank * experts * (hidden + width)
+        moments.append(-freed + grads + folded)
+        kept = folded if routed else 0
+        moments.append(-freed - kept - gathered + grads + folded + (compute + adapter) * factors)
+    return moments

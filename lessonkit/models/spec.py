@@ -472,15 +472,12 @@ class ModelSpec:
         of [out, rank x experts]."""
         if isinstance(targets, str) or not self.experts_take_lora:
             return []
-        width = {
-            "experts.gate_up_proj": 2 * self.expert_intermediate_size,
-            "experts.down_proj": self.expert_intermediate_size,
+        hidden, width = self.hidden_size, self.expert_intermediate_size
+        in_out = {
+            "experts.gate_up_proj": (hidden, 2 * width),
+            "experts.down_proj": (width, hidden),
         }
-        return [
-            (self.n_experts, width[name], self.hidden_size)
-            for name in EXPERT_TARGETS
-            if name in targets
-        ]
+        return [(self.n_experts, *in_out[name]) for name in EXPERT_TARGETS if name in targets]
 
     def lora_target_names(self) -> tuple[str, ...]:
         """The decoder layers' linear layers LoRA can target, by the names peft matches."""
