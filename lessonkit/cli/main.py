@@ -101,7 +101,9 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="comma-separated module names, or all-linear (default: peft's "
         "default for the model: q_proj,v_proj; c_attn on GPT-2); lm_head and "
-        "embed_tokens put LoRA on an untied output head and the token embeddings",
+        "embed_tokens put LoRA on an untied output head and the token embeddings; "
+        "on a mixture of experts, experts (or experts.gate_up_proj, experts.down_proj) "
+        "puts it on the experts' weights",
     )
     parser.add_argument("--lora-dtype", default="fp32", help=f"one of {', '.join(LORA_DTYPES)}")
     parser.add_argument(

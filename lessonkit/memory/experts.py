@@ -290,12 +290,15 @@ def expert_weight_grads(
         moments.append(-freed - kept - gated + grads + folded + (compute + adapter) * factors)
         freed += gated + kept + factor_bytes * factors
     if lora_gate_up:
-        folded, factors = compute * experts * 2 * width * hidden, rank * experts * (hidden + 2 * width)
+        folded, factors = (
+            compute * experts * 2 * width * hidden,
+            rank * experts * (hidden + 2 * width),
+        )
         gathered = compute * rows * hidden
         freed += activation
         grads = compute * rows * 2 * width + (gathered if routed else 0) + routing_grad
-        if lora_down:  # the down factors' gradients, made already
-            grads += adapter * rank * experts * (hidden + width)
+        if lora_down:  # the down factors' gradients, made already in the weights' dtype
+            grads += compute * rank * experts * (hidden + width)
         moments.append(-freed + grads + folded)
         kept = folded if routed else 0
         moments.append(-freed - kept - gathered + grads + folded + (compute + adapter) * factors)

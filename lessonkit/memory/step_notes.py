@@ -9,6 +9,7 @@ from typing import Any
 
 from ..models.traced import traced_experts
 from ..units import GiB
+from .settings import lora_on_experts
 
 
 @lru_cache(maxsize=1)
@@ -107,6 +108,8 @@ def assumptions(step: Any) -> list[str]:
             "checkpointing), so an uneven router changes the time, not this peak. The "
             "per-expert loop of the eager experts is not modelled (86.5 MiB there, +10%)."
         )
+    if lora_on_experts(s):
+        notes.append(_expert_lora_note(step))
     half = "fp16" if s.precision.startswith("fp16") else "bf16"
     sharded_mixed = (
         f"ZeRO-3 with {half} mixed precision as FSDP and DeepSpeed run it "
@@ -357,3 +360,21 @@ def assumptions(step: Any) -> list[str]:
     else:
         notes.append("device='cpu': no CUDA context and no allocator margin.")
     return notes
+
+
+def _expert_lora_note(step: Any) -> str:
+    """What LoRA on the experts' 3D weights costs (memory/experts.py: expert_lora)."""
+    spec, s = step.spec, step.settings
+    shapes = spec.expert_lora_shapes(s.lora_targets)
+    stacks = step.compute_bytes * sum(e * a * b for e, a, b in shapes)
+    adapters = s.lora_rank * sum(e * (a + b) for e, a, b in shapes)
+    names = " and ".join(f"mlp.{name}" for name in lora_on_experts(s))
+    return (
+        f"LoRA on the experts' weights ({names}, peft's target_parameters): each expert gets "
+        f"its own rank-{s.lora_rank} adapter, {adapters * spec.moe_layers / 1e6:.1f}M "
+        "trainable parameters in all. In every forward peft folds the adapters into a full "
+        f"copy of the expert stack (torch.baddbmm, {stacks / 2**30:.2f} GiB per layer here), "
+        "which the grouped GEMM saves for backward wherever its input needs a gradient, and "
+        "the backward makes that copy's full gradient before reducing it to the adapters'. "
+        "Gradient checkpointing keeps only one layer's copies at a time."
+    )

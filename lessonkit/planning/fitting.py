@@ -27,6 +27,7 @@ from ..hardware.gpu_records import TIGHT_FRACTION as TIGHT_FRACTION
 from ..hardware.gpu_records import fit_verdict, is_tight
 from ..hardware.gpus import GPU, get_gpu, list_gpus
 from ..memory.settings import usual_precision as usual_precision  # also planning's name
+from ..models.experts import expert_targets
 from ..models.spec import ModelSpec
 from ..units import GiB
 
@@ -456,6 +457,12 @@ def fix_candidates(
             shorter += [{"seq_len": seq}, {"seq_len": seq} | ckpt]
             seq //= 2
         groups.append(shorter)
+    targets = settings.get("lora_targets")
+    if more and settings["method"] != "full" and isinstance(targets, (list, tuple)):
+        # LoRA on the experts' weights folds a copy of each expert stack in every layer
+        kept = tuple(t for t in targets if expert_targets(t) is None)
+        if kept and len(kept) < len(targets):
+            groups.append([{"lora_targets": kept}, {"lora_targets": kept} | ckpt])
     for method in ("lora", "qlora")[("full", "lora", "qlora").index(settings["method"]) :]:
         switch = {"method": method, "precision": usual_precision(method, native_bf16)}
         groups.append(
@@ -532,6 +539,8 @@ def change_flags(change: dict[str, Any]) -> str:
         flag = "--" + name.replace("_", "-")
         if value is False:
             dropped.append(flag)
+        elif isinstance(value, (list, tuple)):  # LoRA targets: as --lora-targets takes them
+            words.append(f"{flag} {','.join(map(str, value))}")
         else:
             words.append(flag if value is True else f"{flag} {value}")
     without = f"without {' '.join(dropped)}" if dropped else ""

@@ -392,6 +392,12 @@ def _fix_from_change(change: dict[str, Any], report: Any, budget: int) -> Fix:
         )
     elif "batch_size" in change:
         key = "smaller_micro_batch"
+    elif "lora_targets" in change:
+        key = "lora_targets"
+        parts.append(
+            f"LoraConfig(target_modules={list(change['lora_targets'])}) without "
+            "target_parameters: no folded copy of each layer's expert stack"
+        )
     else:
         for saver in ("no_sync", "optimizer_in_backward", "loss", "activation_offload"):
             if saver in change:
@@ -420,6 +426,7 @@ def _fix_from_change(change: dict[str, Any], report: Any, budget: int) -> Fix:
         "loss": "Chunked cross-entropy",
         "optimizer_in_backward": "The optimizer step in backward",
         "no_sync": "Gradients reduced every micro-batch",
+        "lora_targets": "LoRA off the experts' weights",
     }
     how = "; ".join(parts) + f" [lessonkit: {change_flags(change)}]"
     return Fix(

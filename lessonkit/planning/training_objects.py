@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import real_number
 from ..memory.settings import usual_precision
+from ..models.experts import EXPERT_TARGETS
 from ..safe_repr import describe_error, short_repr
 
 # TrainingArguments.optim (transformers OptimizerNames) -> estimate()'s optimizer; what is not
@@ -271,10 +272,35 @@ class _Reader:
                 f"target_modules={targets!r} (a pattern) is not read; the model family's "
                 "default targets are assumed."
             )
+        parameters = _get(config, "target_parameters")
+        if isinstance(parameters, (list, tuple, set, frozenset)) and parameters:
+            self._expert_parameters([str(p) for p in parameters])
         dropout = _get(config, "lora_dropout")
         if isinstance(dropout, (int, float)) and dropout > 0:
             f["lora_dropout"] = float(dropout)
         self.note("LoRA rank and target modules from the LoRA config.")
+
+    def _expert_parameters(self, names: list[str]) -> None:
+        """peft's target_parameters: the experts' 3D weights, by the end of their names."""
+        f = self.facts
+        read: list[str] = []
+        unread: list[str] = []
+        for name in names:
+            weight = next((t for t in EXPERT_TARGETS if name.endswith(t)), None)
+            (read if weight else unread).append(weight or name)
+        targets = f.get("lora_targets", ())
+        if read and isinstance(targets, str):  # all-linear: not spelled out here
+            self.note(
+                f"target_parameters {names} beside target_modules={targets!r} are not read: "
+                "name the linear layers to count LoRA on the experts too."
+            )
+        elif read:
+            f["lora_targets"] = tuple(dict.fromkeys((*targets, *sorted(read))))
+        if unread:
+            self.note(
+                f"target_parameters {unread} are not read (lessonkit models "
+                f"{', '.join('mlp.' + t for t in EXPERT_TARGETS)})."
+            )
 
     def _bnb(self, config: Any) -> None:
         if _get(config, "load_in_4bit"):

@@ -576,6 +576,23 @@ def test_lora_on_the_output_head_reaches_the_estimate(capsys) -> None:
     assert data["total_bytes"] > without.total_bytes
 
 
+def test_lora_on_the_experts_reaches_the_estimate(capsys) -> None:
+    """--lora-targets names a mixture of experts' 3D weights beside the attention's modules;
+    a bare weight name is refused with the name to use."""
+    args = ["--model", "qwen3-30b-a3b", "--method", "lora", "--json"]
+    code, out, _ = run(capsys, *args, "--lora-targets", "q_proj,experts")
+    data = json.loads(out)
+    expected = estimate("qwen3-30b-a3b", method="lora", lora_targets=("q_proj", "experts"))
+    assert code == 0 and data["total_bytes"] == expected.total_bytes
+    assert data["settings"]["lora_targets"] == [
+        "q_proj",
+        "experts.gate_up_proj",
+        "experts.down_proj",
+    ]
+    code, out, err = run(capsys, *args, "--lora-targets", "q_proj,down_proj")
+    assert code != 0 and "'experts.down_proj'" in out + err
+
+
 def test_fsdp_version_reaches_the_estimate(capsys) -> None:
     args = ("--model", "llama-2-7b", "--method", "lora", "--precision", "bf16")
     args += ("--lora-dtype", "bf16", "--n-gpus", "2", "--zero-stage", "3")

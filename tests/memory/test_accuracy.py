@@ -262,6 +262,26 @@ MOE_ZERO3_ROWS = [
         dict(precision="bf16", gradient_checkpointing=True),
     )
 ]
+# LoRA on the experts' 3D weights (peft's target_parameters): the folded copies of the
+# expert stacks its forward makes and saves, and their full gradients in the backward; with
+# attention LoRA beside it, on the down projection alone, under QLoRA, and at 128 experts
+EXPERT_LORA_ROWS = [
+    (name, dict(batch_size=batch, seq_len=seq_len, method=method, precision="bf16", **more))
+    for name, method, targets, batch, seq_len in (
+        ("qwen3_moe", "lora", ["q_proj", "v_proj", "experts"], 4, 256),
+        ("qwen3_moe", "lora", ["experts.down_proj"], 4, 256),
+        ("mixtral", "lora", ["q_proj", "v_proj", "experts"], 4, 256),
+        ("gpt_oss", "lora", ["q_proj", "v_proj", "experts"], 4, 256),
+        ("gpt_oss", "qlora", ["q_proj", "v_proj", "experts.gate_up_proj"], 4, 256),
+        # few tokens: the folded stacks and their gradients set the peak
+        ("qwen3_moe-128x8", "lora", ["experts"], 1, 128),
+        ("qwen3_moe-128x8", "lora", ["q_proj", "v_proj", "experts.gate_up_proj"], 1, 128),
+    )
+    for more in (
+        dict(lora_targets=targets, gradient_checkpointing=False),
+        dict(lora_targets=targets, gradient_checkpointing=True),
+    )
+]
 # full, LoRA and QLoRA, with and without checkpointing, for each of them
 FAMILY_ROWS = [
     (family, dict(batch_size=4, seq_len=256, **method, gradient_checkpointing=checkpointing))
@@ -1143,6 +1163,7 @@ GRID += CHUNKED_OFFLOAD_ROWS
 GRID += MOE_WIDE_ROWS
 GRID += MOE_QLORA_ROWS
 GRID += MOE_ZERO3_ROWS
+GRID += EXPERT_LORA_ROWS
 GRID += COMPILE_ROWS
 
 

@@ -207,3 +207,26 @@ def test_the_recommender_takes_each_new_preset(model, method):
         assert option.usable_bytes == get_gpu(option.gpu).usable_bytes
         if spec.n_experts and option.count == 1:  # QLoRA too: the experts stay in 16 bits
             assert option.peak_bytes > 2 * (spec.n_params - spec.active_params)
+
+
+def test_the_doctor_reads_lora_on_the_experts_and_offers_it_off():
+    """A peft LoraConfig with target_parameters on the experts' weights: the doctor counts
+    their adapters and folded copies, and offers attention-only LoRA as a change that fits."""
+    peft = pytest.importorskip("peft")
+    lora = peft.LoraConfig(
+        r=16,
+        target_modules=["q_proj", "v_proj"],
+        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj", "mlp.gate"],
+    )
+    d = oom_doctor(
+        A100_OOM, lora, model="qwen3-30b-a3b", seq_len=2048, gradient_checkpointing=False
+    )
+    targets = ("q_proj", "v_proj", "experts.down_proj", "experts.gate_up_proj")
+    expected = estimate("qwen3-30b-a3b", method="lora", seq_len=2048, lora_targets=targets)
+    assert d.report.total_bytes == expected.total_bytes
+    assert any("['mlp.gate'] are not read" in note for note in d.notes)
+    off = [fix for fix in d.fixes if fix.key == "lora_targets"]
+    assert off and off[0].change == {"lora_targets": ("q_proj", "v_proj")}
+    assert "--lora-targets q_proj,v_proj" in off[0].how
+    attention_only = estimate("qwen3-30b-a3b", method="lora", seq_len=2048)
+    assert off[0].peak_bytes == attention_only.total_bytes
