@@ -49,7 +49,8 @@ sys.path.insert(0, str(ROOT))
 import lessonkit  # noqa: E402
 from benchmarks import published_runs  # noqa: E402
 from lessonkit.memory.real_bitsandbytes import bitsandbytes  # noqa: E402
-from lessonkit.models.spec import ModelSpec, resolve_model  # noqa: E402
+from lessonkit.models.presets import resolve_model  # noqa: E402
+from lessonkit.models.spec import ModelSpec  # noqa: E402
 from tests.memory.test_accuracy import GRID, LARGE, SPECS  # noqa: E402
 
 MiB, GiB = 2**20, 2**30

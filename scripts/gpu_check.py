@@ -40,7 +40,8 @@ if importlib.util.find_spec("lessonkit") is None:  # run from a checkout that is
     sys.path.insert(0, str(ROOT))
 
 import lessonkit  # noqa: E402  (cheap: no torch at import)
-from lessonkit.models.spec import ModelSpec, resolve_model  # noqa: E402
+from lessonkit.models.presets import resolve_model  # noqa: E402
+from lessonkit.models.spec import ModelSpec  # noqa: E402
 
 CONSTANTS_FILE = ROOT / "lessonkit" / "data" / "cuda_constants.json"
 DOCS_FILE = ROOT / "docs" / "gpu-validation.md"

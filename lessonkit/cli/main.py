@@ -342,7 +342,7 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     from ..health.check import check_gpu_health
-    from ..models.spec import resolve_model
+    from ..models.presets import resolve_model
 
     resolve_model(args.model)  # an unknown model is bad input (exit 2), not a report
     report = check_gpu_health(args.model)

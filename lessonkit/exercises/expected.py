@@ -108,7 +108,7 @@ def _resolve_environment(raw: str) -> str:
 def _resolve_model(raw: str) -> str:
     """A preset name; a bare size that the explorers offer ('13B') stands for the preset whose
     shape it is shown as."""
-    from ..models.spec import get_preset, preset_names, spec_for_size
+    from ..models.presets import get_preset, preset_names, spec_for_size
     from ..units import parse_count
 
     try:
@@ -168,7 +168,7 @@ def _optimizer_over_weights() -> float:
 
 @_expects("01.4")
 def _lora_params() -> float:
-    from ..models.spec import resolve_model
+    from ..models.presets import resolve_model
 
     return resolve_model("7B").lora_params(16, ("q_proj", "v_proj"))
 
@@ -477,7 +477,7 @@ LARGEST_PRESET_ON = {"05.6": ("T4", "fp16-mixed"), "06.6": ("RTX 4090", "bf16")}
 
 def _largest_preset(gpu_name: str, precision: str) -> set[str]:
     """The presets with the most parameters whose QLoRA run (all-linear adapters) fits the GPU."""
-    from ..models.spec import get_preset, preset_names
+    from ..models.presets import get_preset, preset_names
 
     gpu = _gpu(gpu_name)
     fitting = [get_preset(n) for n in preset_names() if gpu.fits(qlora_preset_run(n, precision))]

@@ -11,7 +11,8 @@ from typing import Any
 from ..errors import LessonkitError, safe_text
 from ..hardware.environments import get_environment
 from ..hardware.gpus import get_gpu
-from ..models.spec import ModelSpec, resolve_model
+from ..models.presets import resolve_model
+from ..models.spec import ModelSpec
 from ..planning.fitting import METHOD_WORDS
 from ..planning.recommender import recommend
 from ..planning.verdicts import ORDER, fit_sentence

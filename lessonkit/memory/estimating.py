@@ -23,7 +23,8 @@ import functools
 import math
 from typing import Any
 
-from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
+from ..models.presets import resolve_model
+from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec
 from ..options import DTYPE_BYTES
 from . import activations as acts
 from . import chunked_head, fsdp1, layers, step_notes, zero3

@@ -38,7 +38,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import LessonkitError
-from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec, resolve_model
+from ..models.presets import resolve_model
+from ..models.spec import DEFAULT_LORA_TARGETS, ModelSpec
 from .report import PHASES, MemoryReport
 from .settings import MAX_ACCUMULATION, RunSettings, lora_on_experts, validate_run
 

@@ -5,8 +5,9 @@ Layer 1 of lessonkit: imports only the basics at the package's top (errors, unit
 safe_repr), never the layers above it.
 """
 
+from .presets import get_preset, preset_groups, preset_names, resolve_model
 from .recipes import not_modelled, recipe_defaults, recipe_names, usual_recipe
-from .spec import ModelSpec, get_preset, preset_groups, preset_names, resolve_model
+from .spec import ModelSpec
 
 __all__ = [
     "ModelSpec",

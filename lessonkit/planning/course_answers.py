@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..hardware.gpus import get_gpu
+from ..models.presets import resolve_model
 from ..models.recipes import usual_recipe
-from ..models.spec import ModelSpec, resolve_model
+from ..models.spec import ModelSpec
 from ..units import GB, GiB
 from .fitting import method_label
 from .guide_claims import method_fits

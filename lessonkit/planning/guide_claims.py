@@ -13,7 +13,8 @@ from typing import Any
 from ..errors import LessonkitError
 from ..hardware.environments import Environment, Offer, get_environment, list_environments
 from ..hardware.gpus import GPU, get_gpu, list_gpus
-from ..models.spec import ModelSpec, resolve_model
+from ..models.presets import resolve_model
+from ..models.spec import ModelSpec
 from ..units import GiB
 from .fitting import (
     DEFAULT_MFU,

@@ -504,7 +504,7 @@ def _run_fixes(d: Diagnosis, m: OOMMessage, description: Any, gpu: Any) -> list[
         d.problems.append(f"Could not estimate the run: {err}")
         return []
     d.report = report
-    from ..models.spec import alias_note
+    from ..models.presets import alias_note
 
     if alias_note(report.model):
         d.notes.insert(0, alias_note(report.model))

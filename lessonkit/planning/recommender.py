@@ -37,7 +37,8 @@ from ..errors import (
 from ..hardware.environments import TIERS, Environment, get_environment, list_environments
 from ..hardware.gpu_records import is_tight, used_text
 from ..memory.settings import MAX_BATCH, MAX_SEQ
-from ..models.spec import ModelSpec, alias_note, resolve_model
+from ..models.presets import alias_note, resolve_model
+from ..models.spec import ModelSpec
 from ..options import METHODS
 from ..safe_repr import short_repr
 from ..units import GiB, format_hours, parse_count

@@ -67,7 +67,7 @@ CONTROL_NAMES = {
 
 def _release_date(preset: str) -> str:
     """The preset's release date (YYYY-MM-DD) as its note states it; "" where it states none."""
-    from ..models.spec import get_preset
+    from ..models.presets import get_preset
 
     found = re.search(r"as of (\d{4}-\d{2}-\d{2})", get_preset(preset).note)
     return found.group(1) if found else ""
@@ -81,7 +81,7 @@ def model_menu() -> list[tuple[str, str]]:
     among their presets), each family's presets in preset_groups' order. The value stays the
     preset's name.
     """
-    from ..models.spec import preset_groups
+    from ..models.presets import preset_groups
 
     groups = list(preset_groups().items())
     newest = {family: max(_release_date(p) for p in names) for family, names in groups}
@@ -101,7 +101,7 @@ def build_control(name: str, value: Any, continuous: bool) -> Any:
     if name == "model":
         options = model_menu()
         if value not in [v for _, v in options]:
-            from ..models.spec import resolve_model
+            from ..models.presets import resolve_model
 
             options.insert(0, (resolve_model(value).name, value))
         widget, kind = (
@@ -402,7 +402,7 @@ def estimate_settings(controls: dict[str, Any], fixed: dict[str, Any]) -> dict[s
     ruled out by the others counts as off."""
     settings = {k: w.value for k, w in controls.items() if k in SETUP_DEFAULTS}
     if "lora_targets" not in fixed and "model" in controls:
-        from ..models.spec import resolve_model
+        from ..models.presets import resolve_model
 
         # GPT-2 names its attention projection c_attn (peft's default target for it).
         if resolve_model(controls["model"].value).family == "gpt2":

@@ -21,7 +21,7 @@ from lessonkit.errors import LessonkitError
 from lessonkit.hardware import gpu_records
 from lessonkit.hardware.gpus import get_gpu, list_gpus
 from lessonkit.memory.report import CATEGORIES, LABELS, MemoryReport
-from lessonkit.models.spec import resolve_model
+from lessonkit.models.presets import resolve_model
 from lessonkit.units import GiB
 
 

@@ -24,7 +24,7 @@ def catalog_names(source: str) -> list[str]:
         from lessonkit.hardware.environments import list_environments
 
         return [env.name for env in list_environments()]
-    from lessonkit.models.spec import preset_names
+    from lessonkit.models.presets import preset_names
 
     return preset_names()
 

@@ -245,7 +245,7 @@ def test_wrong_choices_are_rejected(qid):
 
         others = list(CATEGORIES)
     elif source == "models":
-        from lessonkit.models.spec import preset_names
+        from lessonkit.models.presets import preset_names
 
         others = preset_names()
     else:

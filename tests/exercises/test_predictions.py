@@ -175,7 +175,9 @@ def test_predict_and_reveal_cells_show_one_output(tmp_path):
         assert "Guess(" not in texts[0] and not texts[0].startswith("'"), texts
 
 
-def test_the_values_returned_display_as_nothing_where_they_were_printed(capsys):
+def test_the_values_returned_display_as_nothing_where_they_were_printed(capsys, monkeypatch):
+    # outside IPython, even when an earlier test left an InteractiveShell instance behind
+    monkeypatch.setattr("lessonkit.exercises.guesses._ipython", lambda: None)
     read = predict("100 GiB", "memory", "The peak")
     text = reveal("100 GiB", "memory", 132 * GiB)
     assert isinstance(text, str) and read.ok

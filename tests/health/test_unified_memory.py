@@ -7,7 +7,7 @@ from __future__ import annotations
 from lessonkit.hardware.gpus import get_gpu
 from lessonkit.health.report import Device
 from lessonkit.health.verdict import device_lines
-from lessonkit.models.spec import resolve_model
+from lessonkit.models.presets import resolve_model
 from lessonkit.planning.verdicts import fit_sentence
 from lessonkit.units import GiB
 

@@ -13,7 +13,8 @@ import pytest
 
 from lessonkit.memory import activations as acts
 from lessonkit.memory import layers
-from lessonkit.models.spec import ModelSpec, resolve_model
+from lessonkit.models.presets import resolve_model
+from lessonkit.models.spec import ModelSpec
 
 SPEC = ModelSpec(
     name="tiny-gqa",

@@ -15,7 +15,8 @@ import lessonkit
 from lessonkit.errors import LessonkitError
 from lessonkit.memory import activations as acts
 from lessonkit.memory.experts import BiasedMoEMLP, MoEMLP
-from lessonkit.models.spec import ModelSpec, get_preset
+from lessonkit.models.presets import get_preset
+from lessonkit.models.spec import ModelSpec
 from tests.memory import test_gpt_oss_blocks as gpt_oss_blocks
 from tests.memory import test_moe_block as moe_blocks
 

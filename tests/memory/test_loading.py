@@ -10,7 +10,8 @@ import lessonkit
 from lessonkit.memory.caching_allocator import replay
 from lessonkit.memory.loading import estimate_loading, natural_key, replay_loading
 from lessonkit.memory.settings import validate_run
-from lessonkit.models.spec import DEFAULT_LORA_TARGETS, resolve_model
+from lessonkit.models.presets import resolve_model
+from lessonkit.models.spec import DEFAULT_LORA_TARGETS
 from lessonkit.units import GiB
 
 MiB = 2**20

@@ -15,7 +15,7 @@ import lessonkit
 from lessonkit import LessonkitError, estimate
 from lessonkit.memory.estimating import cuda_constants
 from lessonkit.memory.report import CATEGORIES
-from lessonkit.models.spec import get_preset
+from lessonkit.models.presets import get_preset
 from lessonkit.units import GB, GiB
 
 BASE = [

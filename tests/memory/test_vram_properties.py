@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from lessonkit import estimate
 from lessonkit.memory.estimating import _Step
 from lessonkit.memory.settings import validate_run
-from lessonkit.models.spec import ModelSpec, resolve_model
+from lessonkit.models.presets import resolve_model
+from lessonkit.models.spec import ModelSpec
 from lessonkit.options import ATTENTION, BNB_BEHAVIOURS, LORA_DTYPES, OPTIMIZERS, PRECISIONS
 
 TINY = [

@@ -8,7 +8,7 @@ import pytest
 import lessonkit
 from lessonkit.memory.estimating import _Step
 from lessonkit.memory.settings import validate_run
-from lessonkit.models.spec import resolve_model
+from lessonkit.models.presets import resolve_model
 
 # the shape the audit found (684,243,006 B at ZeRO-2, 774,656,381 B at ZeRO-3), and others like it
 SHAPES = [

@@ -10,7 +10,7 @@ import pytest
 
 import lessonkit
 from lessonkit.cli.main import main
-from lessonkit.models.spec import alias_note, get_preset
+from lessonkit.models.presets import alias_note, get_preset
 
 SAID = "'llama-3-8b' is read as the preset llama-3.1-8b"
 

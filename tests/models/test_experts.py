@@ -160,7 +160,7 @@ def test_report_gives_total_and_active_params() -> None:
 
 @pytest.mark.parametrize("name", ["qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b", "gpt-oss-120b"])
 def test_moe_presets_weigh_what_the_meta_model_weighs(name: str) -> None:
-    from lessonkit.models.spec import get_preset
+    from lessonkit.models.presets import get_preset
 
     spec = get_preset(name)
     total, active = _meta_counts(spec.to_hf_config())
@@ -228,7 +228,7 @@ GPT_OSS = {"gpt-oss-20b": ((24, 32), 20.9, 3.6), "gpt-oss-120b": ((36, 128), 116
 
 @pytest.mark.parametrize("name", list(GPT_OSS))
 def test_gpt_oss_presets_are_the_hub_configs(name: str) -> None:
-    from lessonkit.models.spec import get_preset
+    from lessonkit.models.presets import get_preset
 
     (layers, experts), total, active = GPT_OSS[name]
     config = transformers.GptOssConfig(
@@ -262,7 +262,7 @@ def test_a_gpt_oss_estimate_says_it_counts_dequantized_bf16_experts(model: str) 
 
 def test_a_gpt_oss_qlora_estimate_keeps_the_experts_in_bf16() -> None:
     import lessonkit
-    from lessonkit.models.spec import get_preset
+    from lessonkit.models.presets import get_preset
 
     spec = get_preset("gpt-oss-20b")
     report = lessonkit.estimate(spec, method="qlora", batch_size=1, seq_len=256)

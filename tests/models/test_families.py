@@ -106,7 +106,7 @@ NEW_PRESETS = {
 
 @pytest.mark.parametrize("name", NEW_PRESETS)
 def test_presets_of_2025_have_their_family_size_and_release(name: str) -> None:
-    from lessonkit.models.spec import _preset_data, get_preset
+    from lessonkit.models.presets import _preset_data, get_preset
 
     family, size = NEW_PRESETS[name]
     spec = get_preset(name)
@@ -117,7 +117,7 @@ def test_presets_of_2025_have_their_family_size_and_release(name: str) -> None:
 
 
 def test_preset_names_are_grouped_by_family() -> None:
-    from lessonkit.models.spec import get_preset, preset_groups, preset_names
+    from lessonkit.models.presets import get_preset, preset_groups, preset_names
 
     groups = preset_groups()
     assert [n for names in groups.values() for n in names] == preset_names()
@@ -127,7 +127,7 @@ def test_preset_names_are_grouped_by_family() -> None:
 
 
 def test_a_near_miss_suggests_the_preset() -> None:
-    from lessonkit.models.spec import get_preset
+    from lessonkit.models.presets import get_preset
 
     with pytest.raises(LessonkitError, match="Did you mean 'qwen3-1.7b' or 'qwen3-8b'"):
         get_preset("qwen3-7b")
@@ -141,7 +141,7 @@ def test_a_near_miss_suggests_the_preset() -> None:
 def test_preset_weights_are_the_meta_models_bytes(name: str, precision: str) -> None:
     """Parameters and buffers (Gemma 3: two rotary tables and the embedding scale)."""
     import lessonkit
-    from lessonkit.models.spec import get_preset
+    from lessonkit.models.presets import get_preset
 
     spec = get_preset(name)
     dtype = torch.float32 if precision == "fp32" else torch.bfloat16
@@ -172,7 +172,7 @@ PRESETS_2025_II = {
 
 
 def _meta_model_params(name: str) -> int:
-    from lessonkit.models.spec import get_preset
+    from lessonkit.models.presets import get_preset
 
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(get_preset(name).to_hf_config())
@@ -181,7 +181,7 @@ def _meta_model_params(name: str) -> int:
 
 @pytest.mark.parametrize("name", PRESETS_2025_II)
 def test_gemma3_mistral_small_and_olmo2_presets_count_what_transformers_builds(name: str) -> None:
-    from lessonkit.models.spec import _preset_data, get_preset
+    from lessonkit.models.presets import _preset_data, get_preset
 
     family, _, published = PRESETS_2025_II[name]
     spec = get_preset(name)
@@ -197,7 +197,7 @@ def test_gemma3_mistral_small_and_olmo2_presets_count_what_transformers_builds(n
 
 
 def test_gemma3_mistral_small_and_olmo2_presets_are_grouped_by_family() -> None:
-    from lessonkit.models.spec import preset_groups
+    from lessonkit.models.presets import preset_groups
 
     groups = preset_groups()
     assert groups["Gemma 3"] == ["gemma-3-1b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b"]
@@ -220,7 +220,7 @@ def test_gemma3_mistral_small_and_olmo2_presets_estimate(name: str) -> None:
 
 
 def test_the_new_presets_answer_to_near_misses() -> None:
-    from lessonkit.models.spec import get_preset
+    from lessonkit.models.presets import get_preset
 
     assert get_preset("Gemma 3 27B").name == "gemma-3-27b"
     assert get_preset("olmo2-13b").name == "olmo-2-13b"

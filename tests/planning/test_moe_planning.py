@@ -16,7 +16,7 @@ import pytest
 from lessonkit import estimate, get_gpu, list_gpus, oom_doctor, recommend
 from lessonkit.charts import draw_gpu_fit
 from lessonkit.cli.main import main
-from lessonkit.models.spec import get_preset, preset_names, resolve_model
+from lessonkit.models.presets import get_preset, preset_names, resolve_model
 from lessonkit.planning.fitting import (
     ATTENTION_FLOPS,
     FLOPS_PER_PARAM,

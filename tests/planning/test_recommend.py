@@ -9,7 +9,7 @@ import pytest
 
 from lessonkit import LessonkitError, estimate, get_environment, get_gpu, recommend
 from lessonkit.hardware.environments import list_environments
-from lessonkit.models.spec import resolve_model
+from lessonkit.models.presets import resolve_model
 from lessonkit.planning.fitting import (
     QLORA_SLOWDOWN,
     compute_hours,

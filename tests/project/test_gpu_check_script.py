@@ -51,7 +51,7 @@ def test_script_runs_from_a_checkout_as_a_command() -> None:
 
 
 def test_gpu_configurations_cover_the_validation_plan() -> None:
-    from lessonkit.models.spec import resolve_model
+    from lessonkit.models.presets import resolve_model
 
     configs = gpu_check.GPU_CONFIGS
     assert len({c.name for c in configs}) == len(configs)
@@ -124,7 +124,7 @@ def test_dry_run_numbers_are_lessonkit_s_estimate_and_measurement(dry_run: dict)
 
 def test_readings_and_margins_from_a_report() -> None:
     from lessonkit.memory.report import MemoryReport
-    from lessonkit.models.spec import get_preset
+    from lessonkit.models.presets import get_preset
 
     report = MemoryReport(
         model=get_preset("gpt2"),
@@ -285,7 +285,7 @@ def test_notebooks_run_and_failures_are_reported(tmp_path: Path) -> None:
 
 def test_readings_of_a_cuda_measurement_are_torch_s_counters() -> None:
     from lessonkit.memory.report import MemoryReport
-    from lessonkit.models.spec import get_preset
+    from lessonkit.models.presets import get_preset
 
     cuda = {"max_memory_allocated": 1010, "max_memory_reserved": 1200}
     report = MemoryReport(

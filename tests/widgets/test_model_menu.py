@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lessonkit.models.spec import get_preset, preset_groups, preset_names
+from lessonkit.models.presets import get_preset, preset_groups, preset_names
 from lessonkit.units import GiB
 from lessonkit.widgets import explorers as widgets
 from lessonkit.widgets.controls import MODEL_SIZES, build_control, model_menu
