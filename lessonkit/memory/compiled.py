@@ -10,8 +10,9 @@ backward graph: the saved tensors. Their bytes, per token, are stored by family 
 ``lessonkit/data/compiled_saves.json`` (written by ``tools/compiled_saves.py``), where
 estimate(compile=True) reads them here as plain numbers (no torch).
 
-Each saved tensor's size per token is one of the layer's widths (hidden, intermediate, the
-key/value width, the number of heads, the LoRA rank, or 1); the data gives the bytes per token
+Each saved tensor's size per token is one of the layer's widths (hidden, the query width
+n_heads x head_dim, intermediate, the key/value width, the number of heads or of key/value heads,
+the LoRA rank, or 1), or phi3's fused q/k/v or gate/up width; the data gives the bytes per token
 per unit of each width, so one trace on a shape where the widths differ gives every size.
 """
 
@@ -25,19 +26,44 @@ from typing import Any
 from ..errors import LessonkitError
 from ..models.spec import ModelSpec
 
-COMPILED_FAMILIES = ("llama", "qwen2")
+COMPILED_FAMILIES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "phi3",
+    "olmo2",
+    "smollm3",
+    "granite",
+)
 COMPILED_METHODS = ("full", "lora")
 COMPILED_PRECISIONS = ("bf16",)
-WIDTHS = ("hidden", "intermediate", "kv", "heads", "rank", "one")
+# why the other families are refused
+NOT_TRACED = {
+    "gemma2": "its attention soft-caps the scores, so it runs as eager attention and the "
+    "compiled layer saves the [heads, seq, seq] scores and softmax, which grow with the "
+    "sequence: not bytes per token, which the data holds",
+    "gemma3_text": "its sliding-window and global layers take their own rotary tables and "
+    "masks: not traced",
+    "qwen3_moe": "the routed experts' tensors depend on the routing: not traced",
+    "mixtral": "the routed experts' tensors depend on the routing: not traced",
+    "gpt_oss": "the routed experts' tensors depend on the routing: not traced",
+    "gpt2": "its layer takes no rotary tables (learned positions): not traced",
+    "traced": "a traced model's layers are not traced compiled",
+}
+WIDTHS = ("hidden", "q", "intermediate", "kv", "heads", "kv_heads", "rank", "one")
 
 
 def widths(spec: ModelSpec, lora_rank: int) -> dict[str, int]:
     """The per-token widths a decoder layer's tensors come in."""
     return {
         "hidden": spec.hidden_size,
+        "q": spec.q_size,
         "intermediate": spec.intermediate_size,
-        "kv": spec.n_kv_heads * spec.head_width,
+        "kv": spec.kv_size,
         "heads": spec.n_heads,
+        "kv_heads": spec.n_kv_heads,
         "rank": lora_rank,
         "one": 1,
     }
@@ -48,7 +74,8 @@ def check_compiled(spec: ModelSpec, method: str, precision: str, checkpointing: 
     if spec.family not in COMPILED_FAMILIES:
         raise LessonkitError(
             f"compile=True is modelled for the {', '.join(COMPILED_FAMILIES)} families, "
-            f"not {spec.family}: use compile=False for {spec.name}."
+            f"not {spec.family} ({NOT_TRACED.get(spec.family, 'not traced')}): use "
+            f"compile=False for {spec.name}."
         )
     if method not in COMPILED_METHODS:
         raise LessonkitError(

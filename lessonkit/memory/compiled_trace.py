@@ -104,9 +104,14 @@ def compiled_layer(layer: Any, record: list[Any] | None = None) -> Any:
 
 
 def trace_layer(
-    model: Any, spec: ModelSpec, batch_size: int, seq_len: int, input_grad: bool
+    model: Any,
+    spec: ModelSpec,
+    batch_size: int,
+    seq_len: int,
+    input_grad: bool,
+    index: int = 1,
 ) -> list[SavedTensor]:
-    """Trace decoder layer 1 of ``model`` (built on the meta device, as measure builds it)
+    """Trace decoder layer ``index`` of ``model`` (built on the meta device, as measure builds it)
     with AOTAutograd under FakeTensorMode and return the tensors its compiled forward saves
     for backward."""
     import torch
@@ -114,7 +119,7 @@ def trace_layer(
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder = base.get_decoder()
-    layer, rotary = decoder.layers[min(1, spec.n_layers - 1)], decoder.rotary_emb
+    layer, rotary = decoder.layers[min(index, spec.n_layers - 1)], decoder.rotary_emb
     record: list[Any] = []
     with FakeTensorMode(allow_non_fake_inputs=True):
         layer.to_empty(device="cpu")
@@ -131,12 +136,25 @@ def trace_layer(
     return saved_tensors(fw_module, bw_module, {len(params)})
 
 
+# phi3's fused projections: q/k/v in one (q + 2 kv wide) and gate/up in one (2 intermediate)
+FUSED_WIDTHS = {"qkv": {"q": 1, "kv": 2}, "gate_up": {"intermediate": 2}}
+# families whose head width is hidden / n_heads whatever the config says: q is hidden there
+FIXED_HEAD_WIDTH = ("phi3",)
+
+
 def per_width_bytes(
     spec: ModelSpec, lora_rank: int, tokens: int, saved: list[SavedTensor]
 ) -> dict[str, int]:
     """Bytes per token per unit of each width, from one trace; raises when a tensor's size per
     token is none of the widths (or two widths are equal on ``spec``)."""
     sizes = widths(spec, lora_rank)
+    if spec.family in FIXED_HEAD_WIDTH:
+        del sizes["q"]  # always hidden: its tensors count as hidden
+    parts = {name: {name: 1} for name in sizes}
+    if spec.family == "phi3":
+        parts |= FUSED_WIDTHS
+        for name, weights in FUSED_WIDTHS.items():
+            sizes[name] = sum(n * widths(spec, lora_rank)[w] for w, n in weights.items())
     if len(set(sizes.values())) != len(sizes):
         raise LessonkitError(f"the widths of {spec.name} must all differ to be told apart")
     by_size = {size: name for name, size in sizes.items()}
@@ -146,7 +164,9 @@ def per_width_bytes(
         width, rest = divmod(elements, tokens)
         if rest or width not in by_size:
             raise LessonkitError(f"saved tensor {tensor.name} {tensor.shape} fits no width")
-        out[by_size[width]] += tensor.nbytes // (width * tokens)
+        per_unit = tensor.nbytes // (width * tokens)
+        for name, count in parts[by_size[width]].items():
+            out[name] += count * per_unit
     return out
 
 

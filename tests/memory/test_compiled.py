@@ -68,7 +68,7 @@ def test_estimate_reads_the_data_file() -> None:
     kw = dict(precision="bf16", batch_size=2, seq_len=128, device="cpu")
     eager = lessonkit.estimate(LLAMA, **kw)
     compiled = lessonkit.estimate(LLAMA, compile=True, **kw)
-    widths = dict(hidden=256, intermediate=688, kv=256, heads=4, rank=16, one=1)
+    widths = dict(hidden=256, q=256, intermediate=688, kv=256, heads=4, kv_heads=4, rank=16, one=1)
     per_layer = 2 * 128 * sum(layer[name] * widths[name] for name in widths)
     eager_layer = _Step(LLAMA, validate_run(LLAMA, **_defaults(kw))).layer_saved
     # both at the start of backward: every layer's saved tensors, the rest unchanged
@@ -105,9 +105,42 @@ def test_combinations_not_modelled_are_refused(settings: dict, named: str) -> No
     assert named in str(error.value)
 
 
-def test_other_families_are_refused() -> None:
-    with pytest.raises(LessonkitError, match="llama, qwen2 families, not gpt2"):
-        lessonkit.estimate("gpt2", precision="bf16", compile=True)
+@pytest.mark.parametrize(
+    ("family", "why"),
+    [
+        ("gpt2", "no rotary tables"),
+        ("gemma2", "soft-caps the scores"),
+        ("gemma3_text", "sliding-window and global layers"),
+    ],
+)
+def test_other_families_are_refused(family: str, why: str) -> None:
+    from dataclasses import replace
+
+    spec = replace(LLAMA, name=f"tiny-{family}", family=family)
+    with pytest.raises(LessonkitError) as error:
+        lessonkit.estimate(spec, precision="bf16", compile=True)
+    message = str(error.value)
+    assert "llama, mistral, qwen2, qwen3, gemma, phi3, olmo2, smollm3, granite families" in message
+    assert f"not {family} (" in message and why in message
+
+
+def test_smollm3_layers_without_rotary_save_the_same() -> None:
+    """SmolLM3 leaves out rotary in every fourth layer: the data, traced on a layer with it,
+    must hold for those too."""
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from dataclasses import replace
+
+    from lessonkit.memory.compiled_trace import trace_layer
+    from lessonkit.memory.measuring import build_model, validate
+
+    tool = load_script("tools/compiled_saves.py")
+    spec = replace(tool.trace_spec("smollm3"), n_layers=4)
+    kw = _defaults(dict(precision="bf16", batch_size=1, seq_len=40))
+    model = build_model(spec, validate(spec, **kw), "meta")
+    with_rope, without = (trace_layer(model, spec, 1, 40, True, index) for index in (1, 3))
+    # the same sizes, in another order (the partitioner's)
+    assert sorted(t.nbytes for t in with_rope) == sorted(t.nbytes for t in without)
 
 
 @pytest.mark.parametrize("method", ["full", "lora"])
