@@ -25,6 +25,7 @@ class SavedTensor:
     shape: tuple[int, ...]
     dtype: str
     nbytes: int
+    is_input: bool = False  # the layer's hidden-state input itself
 
 
 def _is_view(node: Any) -> bool:
@@ -66,6 +67,7 @@ def saved_tensors(fw_module: Any, bw_module: Any, counted_inputs: set[int]) -> l
             tuple(value.shape),
             str(value.dtype).removeprefix("torch."),
             value.numel() * value.element_size(),
+            root.op == "placeholder",
         )
     return list(roots.values())
 
@@ -145,7 +147,8 @@ FIXED_HEAD_WIDTH = ("phi3",)
 def per_width_bytes(
     spec: ModelSpec, lora_rank: int, tokens: int, saved: list[SavedTensor]
 ) -> dict[str, int]:
-    """Bytes per token per unit of each width, from one trace; raises when a tensor's size per
+    """Bytes per token per unit of each width, from one trace, and (as ``input``) the bytes per
+    token per unit of hidden of the layer's input among them; raises when a tensor's size per
     token is none of the widths (or two widths are equal on ``spec``)."""
     sizes = widths(spec, lora_rank)
     if spec.family in FIXED_HEAD_WIDTH:
@@ -158,7 +161,7 @@ def per_width_bytes(
     if len(set(sizes.values())) != len(sizes):
         raise LessonkitError(f"the widths of {spec.name} must all differ to be told apart")
     by_size = {size: name for name, size in sizes.items()}
-    out = dict.fromkeys(WIDTHS, 0)
+    out = dict.fromkeys((*WIDTHS, "input"), 0)
     for tensor in saved:
         elements = math.prod(tensor.shape)
         width, rest = divmod(elements, tokens)
@@ -167,14 +170,30 @@ def per_width_bytes(
         per_unit = tensor.nbytes // (width * tokens)
         for name, count in parts[by_size[width]].items():
             out[name] += count * per_unit
+        if tensor.is_input:
+            out["input"] += per_unit
     return out
+
+
+def checkpointed(layer: Any) -> bool:
+    """Whether transformers checkpoints ``layer`` now (its GradientCheckpointingLayer's test)."""
+    import torch
+
+    return (
+        bool(getattr(layer, "gradient_checkpointing", False))
+        and layer.training
+        and (torch.is_grad_enabled())
+    )
 
 
 @contextlib.contextmanager
 def compiled_layers(model: Any) -> Iterator[None]:
     """Run every decoder layer of ``model`` through its own AOTAutograd-compiled forward (as
     torchtune's recipes compile each layer), so that autograd keeps the partitioner's saved
-    tensors. The first call of each layer traces it: make it before measuring."""
+    tensors. With gradient checkpointing the checkpoint wraps the compiled layer (torchtune
+    wraps each layer in a checkpoint, then compiles the layer inside): the forward keeps the
+    layer's input, the backward runs the compiled forward again and keeps its saved tensors.
+    The first call of each layer traces it: make it before measuring."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder_layers = list(base.get_decoder().layers)
     originals = [layer.forward for layer in decoder_layers]
@@ -193,7 +212,13 @@ def compiled_layers(model: Any) -> Iterator[None]:
                     "measure(compile=True) runs unpadded batches only (no attention mask)"
                 )
             cos, sin = position_embeddings
-            return function(dict(layer.named_parameters()), hidden_states, cos, sin)
+
+            def run(hidden: Any) -> Any:
+                return function(dict(layer.named_parameters()), hidden, cos, sin)
+
+            if checkpointed(layer):  # the checkpoint around the compiled layer, as torchtune's
+                return layer._gradient_checkpointing_func(run, hidden_states)
+            return run(hidden_states)
 
         return forward
 

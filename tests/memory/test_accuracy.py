@@ -1126,7 +1126,7 @@ CHUNKED_OFFLOAD_ROWS = [
 
 
 # torch.compile of each decoder layer (pure bf16, as torchtune's compiled recipes): the
-# layers keep AOTAutograd's partitioner's saved tensors; compile with checkpointing is refused.
+# layers keep AOTAutograd's partitioner's saved tensors.
 # Heads wider than hidden / n_heads (as Mistral Nemo's, Gemma's and Qwen 3's) tell the query
 # width from the hidden width.
 COMPILE_SPECS = {
@@ -1151,6 +1151,31 @@ COMPILE_ROWS = [
         ("granite", 4, 256),
     )
     for method in ({}, dict(method="lora"))
+]
+# LoRA with gradient checkpointing around each compiled layer (torchtune's order): each layer
+# keeps its input, its backward runs the compiled forward again; where the layers decide the
+# peak (wide, 4 x 512 and 2 x 1024 tokens) and where the logits do
+COMPILE_ROWS += [
+    (
+        family,
+        dict(
+            batch_size=batch,
+            seq_len=seq,
+            precision="bf16",
+            compile=True,
+            method="lora",
+            gradient_checkpointing=True,
+        ),
+    )
+    for family, batch, seq in (
+        ("wide", 4, 512),
+        ("wide", 2, 1024),
+        ("llama", 4, 256),
+        ("qwen3_hd", 2, 512),
+        ("phi3", 4, 256),
+        ("olmo2", 4, 256),
+        ("granite", 4, 256),
+    )
 ]
 
 

@@ -89,7 +89,7 @@ def _defaults(kw: dict) -> dict:
 @pytest.mark.parametrize(
     ("settings", "named"),
     [
-        (dict(gradient_checkpointing=True), "gradient_checkpointing"),
+        (dict(gradient_checkpointing=True), "gradient_checkpointing is modelled for method 'lora'"),
         (dict(method="qlora"), "'qlora'"),
         (dict(precision="bf16-mixed"), "'bf16-mixed'"),
         (dict(n_gpus=2), "n_gpus > 1"),
@@ -141,6 +141,32 @@ def test_smollm3_layers_without_rotary_save_the_same() -> None:
     with_rope, without = (trace_layer(model, spec, 1, 40, True, index) for index in (1, 3))
     # the same sizes, in another order (the partitioner's)
     assert sorted(t.nbytes for t in with_rope) == sorted(t.nbytes for t in without)
+
+
+def test_checkpointed_compiled_layers_recompute_in_backward() -> None:
+    """With checkpointing around each compiled layer the forward keeps the layers' inputs
+    (as eager checkpointing) and the backward runs the compiled forward again."""
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from lessonkit.models.spec import ModelSpec as Spec
+
+    wide = Spec(
+        name="wide-llama",
+        family="llama",
+        n_layers=4,
+        hidden_size=512,
+        n_heads=8,
+        n_kv_heads=8,
+        intermediate_size=1408,
+        vocab_size=1000,
+    )
+    kw = dict(method="lora", precision="bf16", batch_size=4, seq_len=512, device="cpu")
+    eager = lessonkit.measure(wide, gradient_checkpointing=True, **kw)
+    compiled = lessonkit.measure(wide, gradient_checkpointing=True, compile=True, **kw)
+    plain = lessonkit.measure(wide, compile=True, **kw)
+    assert compiled.tensor_bytes < eager.tensor_bytes < plain.tensor_bytes
+    estimated = lessonkit.estimate(wide, gradient_checkpointing=True, compile=True, **kw)
+    assert abs(estimated.tensor_bytes / compiled.tensor_bytes - 1) < 0.05
 
 
 @pytest.mark.parametrize("method", ["full", "lora"])
