@@ -14,6 +14,10 @@ Each saved tensor's size per token is one of the layer's widths (hidden, the que
 n_heads x head_dim, intermediate, the key/value width, the number of heads or of key/value heads,
 the LoRA rank, or 1), or phi3's fused q/k/v or gate/up width; the data gives the bytes per token
 per unit of each width, so one trace on a shape where the widths differ gives every size.
+
+With gradient checkpointing (LoRA only) the checkpoint wraps each compiled layer, as torchtune
+wraps each layer and then compiles the layer inside: the forward keeps each layer's input and a
+layer's backward runs its compiled forward again, which saves what the data says.
 """
 
 from __future__ import annotations
@@ -70,8 +74,17 @@ def widths(spec: ModelSpec, lora_rank: int) -> dict[str, int]:
     }
 
 
-def check_compiled(spec: ModelSpec, method: str, precision: str, checkpointing: bool) -> None:
+def check_compiled(
+    spec: ModelSpec, method: str, precision: str, checkpointing: bool, seq_len: int = 0
+) -> None:
     """Raise a LessonkitError for a compiled run that is not modelled."""
+    window = spec.extra.get("sliding_window")
+    if isinstance(window, int) and 0 < window < seq_len:
+        raise LessonkitError(
+            f"compile=True is modelled for sequences up to {spec.name}'s sliding window "
+            f"({window} tokens), not seq_len={seq_len}: beyond it the layers take a mask, "
+            f"which the traced layers do not; use compile=False or seq_len <= {window}."
+        )
     if spec.family not in COMPILED_FAMILIES:
         raise LessonkitError(
             f"compile=True is modelled for the {', '.join(COMPILED_FAMILIES)} families, "

@@ -1294,7 +1294,7 @@ def test_grid_covers_what_it_claims() -> None:
         rows = {
             (kw.get("method", "full"), kw["gradient_checkpointing"])
             for f, kw in GRID
-            if f == family
+            if f == family and not kw.get("compile")
         }
         assert rows == {(m, c) for m in METHODS for c in (False, True)}, family
 

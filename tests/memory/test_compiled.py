@@ -124,6 +124,15 @@ def test_other_families_are_refused(family: str, why: str) -> None:
     assert f"not {family} (" in message and why in message
 
 
+def test_sequences_past_a_sliding_window_are_refused() -> None:
+    from dataclasses import replace
+
+    spec = replace(LLAMA, name="tiny-mistral", family="mistral", extra={"sliding_window": 256})
+    lessonkit.estimate(spec, precision="bf16", compile=True, seq_len=256)
+    with pytest.raises(LessonkitError, match="sliding window \\(256 tokens\\), not seq_len=512"):
+        lessonkit.estimate(spec, precision="bf16", compile=True, seq_len=512)
+
+
 def test_smollm3_layers_without_rotary_save_the_same() -> None:
     """SmolLM3 leaves out rotary in every fourth layer: the data, traced on a layer with it,
     must hold for those too."""
