@@ -5,7 +5,8 @@
 
 Each family's layer is traced with AOTAutograd and inductor's partitioner
 (min_cut_rematerialization_partition) under FakeTensorMode (lessonkit/memory/compiled.py), on a
-shape whose widths all differ, and the saved tensors' bytes per token per unit of width stored.
+shape whose widths all differ, and the saved tensors' bytes per token per unit of width stored
+(bf16-mixed: under bf16 autocast over fp32 weights, autocast's casts of the weights left out).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def traced_layers() -> dict[str, dict[str, int]]:
                     )
                     model = build_model(spec, settings, "meta")
                     saved = compiled_trace.trace_layer(
-                        model, spec, TRACE_BATCH, TRACE_SEQ, input_grad
+                        model, spec, TRACE_BATCH, TRACE_SEQ, input_grad, precision=precision
                     )
                     key = compiled.data_key(family, method, precision, input_grad)
                     out[key] = compiled_trace.per_width_bytes(

@@ -43,6 +43,16 @@ def _root(node: Any) -> Any:
     return node
 
 
+def _weight_copy(node: Any, placeholders: list[Any], counted_inputs: set[int]) -> bool:
+    """Whether ``node`` is a cast of a parameter (an input not in ``counted_inputs``)."""
+    source = node.args[0] if node.op == "call_function" and node.args else None
+    return (
+        "_to_copy" in str(node.target)
+        and getattr(source, "op", None) == "placeholder"
+        and placeholders.index(source) not in counted_inputs
+    )
+
+
 def saved_tensors(fw_module: Any, bw_module: Any, counted_inputs: set[int]) -> list[SavedTensor]:
     """The storages the backward graph receives from the forward graph, de-aliased: views are
     followed to their root; inputs count only when their index is in ``counted_inputs`` (the
@@ -62,6 +72,8 @@ def saved_tensors(fw_module: Any, bw_module: Any, counted_inputs: set[int]) -> l
             continue  # a symbolic size, not a tensor
         if root.op == "placeholder" and placeholders.index(root) not in counted_inputs:
             continue
+        if _weight_copy(root, placeholders, counted_inputs):
+            continue  # autocast's cast of a weight: the estimate's weight copies count it
         roots[root.name] = SavedTensor(
             root.name,
             tuple(value.shape),
@@ -112,6 +124,7 @@ def trace_layer(
     seq_len: int,
     input_grad: bool,
     index: int = 1,
+    precision: str = "bf16",
 ) -> list[SavedTensor]:
     """Trace decoder layer ``index`` of ``model`` (built on the meta device, as measure builds it)
     with AOTAutograd under FakeTensorMode and return the tensors its compiled forward saves
@@ -126,12 +139,15 @@ def trace_layer(
     with FakeTensorMode(allow_non_fake_inputs=True):
         layer.to_empty(device="cpu")
         rotary.to_empty(device="cpu")
+        mixed = precision.endswith("-mixed")  # fp32 weights and residual under bf16 autocast
+        dtype = torch.float32 if mixed else torch.bfloat16
         hidden = torch.empty(
-            batch_size, seq_len, spec.hidden_size, dtype=torch.bfloat16, requires_grad=input_grad
+            batch_size, seq_len, spec.hidden_size, dtype=dtype, requires_grad=input_grad
         )
-        cos, sin = rotary(hidden, torch.arange(seq_len)[None])
-        params = dict(layer.named_parameters())
-        out = compiled_layer(layer, record)(params, hidden, cos, sin)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+            cos, sin = rotary(hidden, torch.arange(seq_len)[None])
+            params = dict(layer.named_parameters())
+            out = compiled_layer(layer, record)(params, hidden, cos, sin)
         del out
     fw_module, bw_module = record[-1]
     # the forward graph's inputs: the parameters, then hidden, cos, sin

@@ -1152,6 +1152,21 @@ COMPILE_ROWS = [
     )
     for method in ({}, dict(method="lora"))
 ]
+# bf16 autocast over fp32 weights: the compiled layers save autocast's bf16 copies of their
+# weights (counted as eager mode's weight copies) beside their per-token tensors
+COMPILE_ROWS += [
+    (family, dict(batch_size=batch, seq_len=seq, precision="bf16-mixed", compile=True, **method))
+    for family, batch, seq in (
+        ("llama", 4, 256),
+        ("wide", 2, 512),
+        ("mistral_hd", 4, 256),
+        ("qwen3_hd", 4, 256),
+        ("gemma_hd", 4, 256),
+        ("phi3", 4, 256),
+        ("olmo2", 4, 256),
+    )
+    for method in ({}, dict(method="lora"))
+]
 # LoRA with gradient checkpointing around each compiled layer (torchtune's order): each layer
 # keeps its input, its backward runs the compiled forward again; where the layers decide the
 # peak (wide, 4 x 512 and 2 x 1024 tokens) and where the logits do

@@ -91,7 +91,12 @@ def _defaults(kw: dict) -> dict:
     [
         (dict(gradient_checkpointing=True), "gradient_checkpointing is modelled for method 'lora'"),
         (dict(method="qlora"), "'qlora'"),
-        (dict(precision="bf16-mixed"), "'bf16-mixed'"),
+        (dict(precision="fp16-mixed"), "'bf16' (as torchtune's compiled recipes run) and"),
+        (dict(precision="fp32"), "not 'fp32'"),
+        (
+            dict(precision="bf16-mixed", method="lora", gradient_checkpointing=True),
+            "modelled for precision 'bf16', not 'bf16-mixed'",
+        ),
         (dict(n_gpus=2), "n_gpus > 1"),
         (dict(loss="chunked"), "loss='chunked'"),
         (dict(attention="eager"), "attention='eager'"),
