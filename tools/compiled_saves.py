@@ -5,7 +5,8 @@
 
 Each family's layer is traced with AOTAutograd and inductor's partitioner
 (min_cut_rematerialization_partition) under FakeTensorMode (lessonkit/memory/compiled.py), on a
-shape whose widths all differ, and the saved tensors' bytes per token per unit of width stored.
+shape whose widths all differ, and the saved tensors' bytes per token per unit of width stored
+(bf16-mixed: under bf16 autocast over fp32 weights, autocast's casts of the weights left out).
 """
 
 from __future__ import annotations
@@ -24,21 +25,29 @@ TRACE_RANK, TRACE_BATCH, TRACE_SEQ = 8, 1, 40
 
 
 def trace_spec(family: str) -> Any:
-    """A two-layer model of ``family`` whose widths all differ (192, 448, 64, 6, 8, 1)."""
+    """A two-layer model of ``family`` whose widths all differ: hidden 192, q 240 (6 heads of
+    40), intermediate 448, kv 80, 6 and 2 heads, rank 8, one; phi3 (head width hidden / heads,
+    q = hidden) kv 64, fused q/k/v 320 and gate/up 896. Read through transformers' config class,
+    as a config.json is (its defaults for every other field)."""
+    import transformers
+
     from lessonkit.models.spec import ModelSpec
 
-    extra: dict[str, Any] = {"attention_bias": "qkv"} if family == "qwen2" else {}
-    return ModelSpec(
-        name=f"traced-{family}",
-        family=family,
-        n_layers=2,
+    fields: dict[str, Any] = dict(
         hidden_size=192,
-        n_heads=6,
-        n_kv_heads=2,
         intermediate_size=448,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
         vocab_size=1024,
-        **extra,
+        pad_token_id=None,
+        bos_token_id=None,
+        eos_token_id=None,
     )
+    if family != "phi3":
+        fields["head_dim"] = 40
+    config = transformers.AutoConfig.for_model(family, **fields).to_dict()
+    return ModelSpec.from_hf_config(config | {"model_type": family}, name=f"traced-{family}")
 
 
 def traced_layers() -> dict[str, dict[str, int]]:
@@ -73,7 +82,7 @@ def traced_layers() -> dict[str, dict[str, int]]:
                     )
                     model = build_model(spec, settings, "meta")
                     saved = compiled_trace.trace_layer(
-                        model, spec, TRACE_BATCH, TRACE_SEQ, input_grad
+                        model, spec, TRACE_BATCH, TRACE_SEQ, input_grad, precision=precision
                     )
                     key = compiled.data_key(family, method, precision, input_grad)
                     out[key] = compiled_trace.per_width_bytes(

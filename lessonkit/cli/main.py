@@ -164,8 +164,9 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
         "--compile",
         action="store_true",
         help="torch.compile each decoder layer (as torchtune's compile=True): the layers "
-        "save what AOTAutograd's partitioner keeps; llama/qwen2, full or LoRA, "
-        "--precision bf16, without --gradient-checkpointing",
+        "save what AOTAutograd's partitioner keeps; llama, mistral, qwen2, qwen3, gemma, "
+        "phi3, olmo2, smollm3, granite; full or LoRA, --precision bf16 or bf16-mixed; "
+        "--gradient-checkpointing with LoRA in bf16 only",
     )
     parser.add_argument(
         "--loss",

@@ -25,6 +25,7 @@ class SavedTensor:
     shape: tuple[int, ...]
     dtype: str
     nbytes: int
+    is_input: bool = False  # the layer's hidden-state input itself
 
 
 def _is_view(node: Any) -> bool:
@@ -40,6 +41,16 @@ def _root(node: Any) -> Any:
     while _is_view(node):
         node = node.args[0]
     return node
+
+
+def _weight_copy(node: Any, placeholders: list[Any], counted_inputs: set[int]) -> bool:
+    """Whether ``node`` is a cast of a parameter (an input not in ``counted_inputs``)."""
+    source = node.args[0] if node.op == "call_function" and node.args else None
+    return (
+        "_to_copy" in str(node.target)
+        and getattr(source, "op", None) == "placeholder"
+        and placeholders.index(source) not in counted_inputs
+    )
 
 
 def saved_tensors(fw_module: Any, bw_module: Any, counted_inputs: set[int]) -> list[SavedTensor]:
@@ -61,11 +72,14 @@ def saved_tensors(fw_module: Any, bw_module: Any, counted_inputs: set[int]) -> l
             continue  # a symbolic size, not a tensor
         if root.op == "placeholder" and placeholders.index(root) not in counted_inputs:
             continue
+        if _weight_copy(root, placeholders, counted_inputs):
+            continue  # autocast's cast of a weight: the estimate's weight copies count it
         roots[root.name] = SavedTensor(
             root.name,
             tuple(value.shape),
             str(value.dtype).removeprefix("torch."),
             value.numel() * value.element_size(),
+            root.op == "placeholder",
         )
     return list(roots.values())
 
@@ -104,9 +118,15 @@ def compiled_layer(layer: Any, record: list[Any] | None = None) -> Any:
 
 
 def trace_layer(
-    model: Any, spec: ModelSpec, batch_size: int, seq_len: int, input_grad: bool
+    model: Any,
+    spec: ModelSpec,
+    batch_size: int,
+    seq_len: int,
+    input_grad: bool,
+    index: int = 1,
+    precision: str = "bf16",
 ) -> list[SavedTensor]:
-    """Trace decoder layer 1 of ``model`` (built on the meta device, as measure builds it)
+    """Trace decoder layer ``index`` of ``model`` (built on the meta device, as measure builds it)
     with AOTAutograd under FakeTensorMode and return the tensors its compiled forward saves
     for backward."""
     import torch
@@ -114,47 +134,82 @@ def trace_layer(
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder = base.get_decoder()
-    layer, rotary = decoder.layers[min(1, spec.n_layers - 1)], decoder.rotary_emb
+    layer, rotary = decoder.layers[min(index, spec.n_layers - 1)], decoder.rotary_emb
     record: list[Any] = []
     with FakeTensorMode(allow_non_fake_inputs=True):
         layer.to_empty(device="cpu")
         rotary.to_empty(device="cpu")
+        mixed = precision.endswith("-mixed")  # fp32 weights and residual under bf16 autocast
+        dtype = torch.float32 if mixed else torch.bfloat16
         hidden = torch.empty(
-            batch_size, seq_len, spec.hidden_size, dtype=torch.bfloat16, requires_grad=input_grad
+            batch_size, seq_len, spec.hidden_size, dtype=dtype, requires_grad=input_grad
         )
-        cos, sin = rotary(hidden, torch.arange(seq_len)[None])
-        params = dict(layer.named_parameters())
-        out = compiled_layer(layer, record)(params, hidden, cos, sin)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+            cos, sin = rotary(hidden, torch.arange(seq_len)[None])
+            params = dict(layer.named_parameters())
+            out = compiled_layer(layer, record)(params, hidden, cos, sin)
         del out
     fw_module, bw_module = record[-1]
     # the forward graph's inputs: the parameters, then hidden, cos, sin
     return saved_tensors(fw_module, bw_module, {len(params)})
 
 
+# phi3's fused projections: q/k/v in one (q + 2 kv wide) and gate/up in one (2 intermediate)
+FUSED_WIDTHS = {"qkv": {"q": 1, "kv": 2}, "gate_up": {"intermediate": 2}}
+# families whose head width is hidden / n_heads whatever the config says: q is hidden there
+FIXED_HEAD_WIDTH = ("phi3",)
+
+
 def per_width_bytes(
     spec: ModelSpec, lora_rank: int, tokens: int, saved: list[SavedTensor]
 ) -> dict[str, int]:
-    """Bytes per token per unit of each width, from one trace; raises when a tensor's size per
+    """Bytes per token per unit of each width, from one trace, and (as ``input``) the bytes per
+    token per unit of hidden of the layer's input among them; raises when a tensor's size per
     token is none of the widths (or two widths are equal on ``spec``)."""
     sizes = widths(spec, lora_rank)
+    if spec.family in FIXED_HEAD_WIDTH:
+        del sizes["q"]  # always hidden: its tensors count as hidden
+    parts = {name: {name: 1} for name in sizes}
+    if spec.family == "phi3":
+        parts |= FUSED_WIDTHS
+        for name, weights in FUSED_WIDTHS.items():
+            sizes[name] = sum(n * widths(spec, lora_rank)[w] for w, n in weights.items())
     if len(set(sizes.values())) != len(sizes):
         raise LessonkitError(f"the widths of {spec.name} must all differ to be told apart")
     by_size = {size: name for name, size in sizes.items()}
-    out = dict.fromkeys(WIDTHS, 0)
+    out = dict.fromkeys((*WIDTHS, "input"), 0)
     for tensor in saved:
         elements = math.prod(tensor.shape)
         width, rest = divmod(elements, tokens)
         if rest or width not in by_size:
             raise LessonkitError(f"saved tensor {tensor.name} {tensor.shape} fits no width")
-        out[by_size[width]] += tensor.nbytes // (width * tokens)
+        per_unit = tensor.nbytes // (width * tokens)
+        for name, count in parts[by_size[width]].items():
+            out[name] += count * per_unit
+        if tensor.is_input:
+            out["input"] += per_unit
     return out
+
+
+def checkpointed(layer: Any) -> bool:
+    """Whether transformers checkpoints ``layer`` now (its GradientCheckpointingLayer's test)."""
+    import torch
+
+    return (
+        bool(getattr(layer, "gradient_checkpointing", False))
+        and layer.training
+        and (torch.is_grad_enabled())
+    )
 
 
 @contextlib.contextmanager
 def compiled_layers(model: Any) -> Iterator[None]:
     """Run every decoder layer of ``model`` through its own AOTAutograd-compiled forward (as
     torchtune's recipes compile each layer), so that autograd keeps the partitioner's saved
-    tensors. The first call of each layer traces it: make it before measuring."""
+    tensors. With gradient checkpointing the checkpoint wraps the compiled layer (torchtune
+    wraps each layer in a checkpoint, then compiles the layer inside): the forward keeps the
+    layer's input, the backward runs the compiled forward again and keeps its saved tensors.
+    The first call of each layer traces it: make it before measuring."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder_layers = list(base.get_decoder().layers)
     originals = [layer.forward for layer in decoder_layers]
@@ -173,7 +228,13 @@ def compiled_layers(model: Any) -> Iterator[None]:
                     "measure(compile=True) runs unpadded batches only (no attention mask)"
                 )
             cos, sin = position_embeddings
-            return function(dict(layer.named_parameters()), hidden_states, cos, sin)
+
+            def run(hidden: Any) -> Any:
+                return function(dict(layer.named_parameters()), hidden, cos, sin)
+
+            if checkpointed(layer):  # the checkpoint around the compiled layer, as torchtune's
+                return layer._gradient_checkpointing_func(run, hidden_states)
+            return run(hidden_states)
 
         return forward
 

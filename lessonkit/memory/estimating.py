@@ -61,8 +61,9 @@ def _buffer_bytes(spec: ModelSpec, stored_bytes: int) -> int:
     rotary = 2 * 4 * (spec.head_width // 2)  # rotary inv_freq and original_inv_freq, fp32
     if spec.family == "gemma3_text":
         rotary *= len(set(spec.layer_types))  # a pair for each type of layer (sliding, full)
-    # Gemma 3's embeddings hold their scale, sqrt(hidden_size), as a buffer of the weights' dtype
-    return rotary + (stored_bytes if spec.family == "gemma3_text" else 0)
+    # Gemma's and Gemma 3's embeddings hold their scale, sqrt(hidden_size), as a buffer of the
+    # weights' dtype
+    return rotary + (stored_bytes if spec.family in ("gemma", "gemma3_text") else 0)
 
 
 def _kept_fp32(spec: ModelSpec) -> tuple[str, ...]:

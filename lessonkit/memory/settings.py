@@ -435,7 +435,7 @@ def _check_compiled(spec: ModelSpec, s: RunSettings) -> None:
     """What compile=True models: one GPU, no offloading or in-backward step (see compiled.py)."""
     from .compiled import check_compiled
 
-    check_compiled(spec, s.method, s.precision, s.gradient_checkpointing)
+    check_compiled(spec, s.method, s.precision, s.gradient_checkpointing, s.seq_len)
     others = {
         "n_gpus > 1": s.n_gpus > 1,
         "zero_stage": s.zero_stage > 0,

@@ -68,7 +68,7 @@ def test_estimate_reads_the_data_file() -> None:
     kw = dict(precision="bf16", batch_size=2, seq_len=128, device="cpu")
     eager = lessonkit.estimate(LLAMA, **kw)
     compiled = lessonkit.estimate(LLAMA, compile=True, **kw)
-    widths = dict(hidden=256, intermediate=688, kv=256, heads=4, rank=16, one=1)
+    widths = dict(hidden=256, q=256, intermediate=688, kv=256, heads=4, kv_heads=4, rank=16, one=1)
     per_layer = 2 * 128 * sum(layer[name] * widths[name] for name in widths)
     eager_layer = _Step(LLAMA, validate_run(LLAMA, **_defaults(kw))).layer_saved
     # both at the start of backward: every layer's saved tensors, the rest unchanged
@@ -89,9 +89,14 @@ def _defaults(kw: dict) -> dict:
 @pytest.mark.parametrize(
     ("settings", "named"),
     [
-        (dict(gradient_checkpointing=True), "gradient_checkpointing"),
+        (dict(gradient_checkpointing=True), "gradient_checkpointing is modelled for method 'lora'"),
         (dict(method="qlora"), "'qlora'"),
-        (dict(precision="bf16-mixed"), "'bf16-mixed'"),
+        (dict(precision="fp16-mixed"), "'bf16' (as torchtune's compiled recipes run) and"),
+        (dict(precision="fp32"), "not 'fp32'"),
+        (
+            dict(precision="bf16-mixed", method="lora", gradient_checkpointing=True),
+            "modelled for precision 'bf16', not 'bf16-mixed'",
+        ),
         (dict(n_gpus=2), "n_gpus > 1"),
         (dict(loss="chunked"), "loss='chunked'"),
         (dict(attention="eager"), "attention='eager'"),
@@ -105,9 +110,77 @@ def test_combinations_not_modelled_are_refused(settings: dict, named: str) -> No
     assert named in str(error.value)
 
 
-def test_other_families_are_refused() -> None:
-    with pytest.raises(LessonkitError, match="llama, qwen2 families, not gpt2"):
-        lessonkit.estimate("gpt2", precision="bf16", compile=True)
+@pytest.mark.parametrize(
+    ("family", "why"),
+    [
+        ("gpt2", "no rotary tables"),
+        ("gemma2", "soft-caps the scores"),
+        ("gemma3_text", "sliding-window and global layers"),
+    ],
+)
+def test_other_families_are_refused(family: str, why: str) -> None:
+    from dataclasses import replace
+
+    spec = replace(LLAMA, name=f"tiny-{family}", family=family)
+    with pytest.raises(LessonkitError) as error:
+        lessonkit.estimate(spec, precision="bf16", compile=True)
+    message = str(error.value)
+    assert "llama, mistral, qwen2, qwen3, gemma, phi3, olmo2, smollm3, granite families" in message
+    assert f"not {family} (" in message and why in message
+
+
+def test_sequences_past_a_sliding_window_are_refused() -> None:
+    from dataclasses import replace
+
+    spec = replace(LLAMA, name="tiny-mistral", family="mistral", extra={"sliding_window": 256})
+    lessonkit.estimate(spec, precision="bf16", compile=True, seq_len=256)
+    with pytest.raises(LessonkitError, match="sliding window \\(256 tokens\\), not seq_len=512"):
+        lessonkit.estimate(spec, precision="bf16", compile=True, seq_len=512)
+
+
+def test_smollm3_layers_without_rotary_save_the_same() -> None:
+    """SmolLM3 leaves out rotary in every fourth layer: the data, traced on a layer with it,
+    must hold for those too."""
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from dataclasses import replace
+
+    from lessonkit.memory.compiled_trace import trace_layer
+    from lessonkit.memory.measuring import build_model, validate
+
+    tool = load_script("tools/compiled_saves.py")
+    spec = replace(tool.trace_spec("smollm3"), n_layers=4)
+    kw = _defaults(dict(precision="bf16", batch_size=1, seq_len=40))
+    model = build_model(spec, validate(spec, **kw), "meta")
+    with_rope, without = (trace_layer(model, spec, 1, 40, True, index) for index in (1, 3))
+    # the same sizes, in another order (the partitioner's)
+    assert sorted(t.nbytes for t in with_rope) == sorted(t.nbytes for t in without)
+
+
+def test_checkpointed_compiled_layers_recompute_in_backward() -> None:
+    """With checkpointing around each compiled layer the forward keeps the layers' inputs
+    (as eager checkpointing) and the backward runs the compiled forward again."""
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from lessonkit.models.spec import ModelSpec as Spec
+
+    wide = Spec(
+        name="wide-llama",
+        family="llama",
+        n_layers=4,
+        hidden_size=512,
+        n_heads=8,
+        n_kv_heads=8,
+        intermediate_size=1408,
+        vocab_size=1000,
+    )
+    kw = dict(method="lora", precision="bf16", batch_size=4, seq_len=512, device="cpu")
+    eager = lessonkit.measure(wide, gradient_checkpointing=True, **kw)
+    compiled = lessonkit.measure(wide, gradient_checkpointing=True, compile=True, **kw)
+    plain = lessonkit.measure(wide, compile=True, **kw)
+    assert compiled.tensor_bytes < eager.tensor_bytes < plain.tensor_bytes
+    estimated = lessonkit.estimate(wide, gradient_checkpointing=True, compile=True, **kw)
+    assert abs(estimated.tensor_bytes / compiled.tensor_bytes - 1) < 0.05
 
 
 @pytest.mark.parametrize("method", ["full", "lora"])
