@@ -1,4 +1,5 @@
-"""Write lessonkit/data/compiled_saves.json: what a compiled decoder layer saves for backward.
+"""Write lessonkit/data/compiled_saves.json: what a compiled decoder layer and a compiled loss
+save for backward.
 
     python tools/compiled_saves.py            # trace and write the data file
     python tools/compiled_saves.py --check    # exit 1 when the file differs from a new trace
@@ -7,6 +8,7 @@ Each family's layer is traced with AOTAutograd and inductor's partitioner
 (min_cut_rematerialization_partition) under FakeTensorMode (lessonkit/memory/compiled.py), on a
 shape whose widths all differ, and the saved tensors' bytes per token per unit of width stored
 (bf16-mixed: under bf16 autocast over fp32 weights, autocast's casts of the weights left out).
+torchtune's compiled cross-entropy of one chunk is traced the same way, on bf16 logits.
 """
 
 from __future__ import annotations
@@ -50,12 +52,13 @@ def trace_spec(family: str) -> Any:
     return ModelSpec.from_hf_config(config | {"model_type": family}, name=f"traced-{family}")
 
 
-def traced_layers() -> dict[str, dict[str, int]]:
-    """Bytes per token per unit of width, by data key, traced now."""
+def traced_layers() -> tuple[dict[str, dict[str, int]], dict[str, list[dict[str, int]]]]:
+    """Bytes per token per unit of width saved, and the backward graph's highest moments
+    (compiled_trace.backward_profile), by data key, traced now."""
     from lessonkit.memory import compiled, compiled_trace
     from lessonkit.memory.measuring import build_model, validate
 
-    out = {}
+    out, backward = {}, {}
     for family in compiled.COMPILED_FAMILIES:
         spec = trace_spec(family)
         for method in compiled.COMPILED_METHODS:
@@ -81,14 +84,33 @@ def traced_layers() -> dict[str, dict[str, int]]:
                         device="cpu",
                     )
                     model = build_model(spec, settings, "meta")
-                    saved = compiled_trace.trace_layer(
+                    fw_module, bw_module, hidden_input = compiled_trace.trace_layer_graphs(
                         model, spec, TRACE_BATCH, TRACE_SEQ, input_grad, precision=precision
                     )
+                    saved = compiled_trace.saved_tensors(fw_module, bw_module, {hidden_input})
                     key = compiled.data_key(family, method, precision, input_grad)
-                    out[key] = compiled_trace.per_width_bytes(
-                        spec, TRACE_RANK, TRACE_BATCH * TRACE_SEQ, saved
+                    tokens = TRACE_BATCH * TRACE_SEQ
+                    out[key] = compiled_trace.per_width_bytes(spec, TRACE_RANK, tokens, saved)
+                    backward[key] = compiled_trace.backward_profile(
+                        spec, TRACE_RANK, tokens, bw_module
                     )
-    return out
+    return out, backward
+
+
+def traced_cross_entropy() -> dict[str, int]:
+    """What the compiled cross-entropy of one chunk keeps and makes, per token (traced now)."""
+    from lessonkit.memory import compiled_trace
+
+    rows, vocab = TRACE_BATCH * TRACE_SEQ, 1024
+    saved, made = compiled_trace.trace_cross_entropy(rows, vocab)
+    per_token = [t for t in saved if not t.is_input]
+    if any(t.nbytes % rows for t in per_token) or any(t.nbytes % (rows * vocab) for t in made):
+        raise SystemExit("the compiled cross-entropy keeps a tensor that is not per token")
+    return {
+        "keeps_logits": int(any(t.is_input for t in saved)),
+        "saved_bytes_per_token": sum(t.nbytes for t in per_token) // rows,
+        "gradient_bytes_per_logit": sum(t.nbytes for t in made) // (rows * vocab),
+    }
 
 
 def main() -> int:
@@ -97,10 +119,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args()
-    layers = traced_layers()
+    (layers, backward), cross_entropy = traced_layers(), traced_cross_entropy()
     if args.check:
-        stored = json.loads(DATA.read_text())["layers"]
-        if stored != layers:
+        stored = json.loads(DATA.read_text())
+        if (stored["layers"], stored["backward"], stored["cross_entropy"]) != (
+            layers,
+            backward,
+            cross_entropy,
+        ):
             print(f"{DATA} differs from a trace with torch {torch.__version__}: rerun the tool")
             return 1
         return 0
@@ -108,15 +134,24 @@ def main() -> int:
         "about": "Bytes per token per unit of width that one compiled decoder layer saves for "
         "backward (widths: hidden, intermediate, kv = n_kv_heads x head_dim, heads, rank = "
         "the LoRA rank, one). Keys: family/method/precision/whether the layer's input "
-        "requires grad (LoRA's first layer does not).",
+        "requires grad (LoRA's first layer does not). backward: by the same keys, the "
+        "highest moments of the layer's backward graph (run with eager kernels), what it holds "
+        "beside its inputs: bytes per token per unit of a width, and bytes per element of a "
+        "weight shape ('hidden x q'). cross_entropy: torchtune's compiled "
+        "loss of one chunk (compute_cross_entropy on bf16 logits): whether it keeps the "
+        "logits for backward, the bytes per token it keeps besides, and the bytes per logit "
+        "its backward makes (the logits' gradient).",
         "source": "traced with torch "
         f"{torch.__version__} (CPU): AOTAutograd's aot_function with "
         "torch._functorch.partitioners.min_cut_rematerialization_partition (inductor's "
-        "partitioner) on transformers' decoder layer under FakeTensorMode; the forward graph's "
+        "partitioner) and inductor's decompositions (select_decomp_table) on transformers' "
+        "decoder layer and on torchtune's compute_cross_entropy under FakeTensorMode; the forward graph's "
         "outputs the backward graph takes, de-aliased; tools/compiled_saves.py",
         "as_of": datetime.date.today().isoformat(),
         "torch_version": torch.__version__,
         "layers": layers,
+        "backward": backward,
+        "cross_entropy": cross_entropy,
     }
     DATA.write_text(json.dumps(data, indent=2) + "\n")
     return 0

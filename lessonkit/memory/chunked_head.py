@@ -68,3 +68,47 @@ def backward_moments(step: Any, bw_start: dict[str, int]) -> list[dict[str, int]
 
 
 LABELS = ("backward, the loss's last chunk", "backward, lm_head's first chunk")
+
+
+def chunk_tokens(step: Any) -> list[int]:
+    """Tokens of each chunk of a chunked loss in the order lm_head's backward takes them (the
+    sequence's last first), as tensor_split cuts the sequence (its first chunks one longer)."""
+    s = step.settings
+    size, longer = divmod(s.seq_len, s.loss_chunks)
+    lengths = [size + (1 if i < longer else 0) for i in range(s.loss_chunks)]
+    return [s.batch_size * n for n in reversed(lengths) if n]
+
+
+def accumulation_moments(step: Any, bw_start: dict[str, int]) -> list[dict[str, int]]:
+    """Full fine-tuning with a chunked loss (no offloading): once the loss of every chunk is
+    differentiated, their logit gradients wait together and lm_head's backward takes them
+    one chunk at a time, each making a weight gradient that autograd adds to the others'
+    sum out of place. Two moments: the first chunk's weight gradient made beside every
+    logit gradient; the second's, with the sum and the new sum, once the first two chunks'
+    logit gradients are freed."""
+    s, spec = step.settings, step.spec
+    if s.loss != "chunked" or s.activation_offload or not step.ctx.trains_base:
+        return []
+    vocab, hidden = spec.vocab_size, spec.hidden_size
+    chunks = chunk_tokens(step)
+    # in the compute dtype: under autocast the chunks share one cached cast of the weight,
+    # whose gradient is summed before it is cast back
+    weight_grad = step.compute_bytes * vocab * hidden
+    logit_grads = step.compute_bytes * vocab * step.ctx.tokens
+
+    def moment(done: int, weight_grads: int) -> dict[str, int]:
+        return dict(
+            bw_start,
+            logits=logit_grads - step.compute_bytes * vocab * sum(chunks[:done]),
+            activations=bw_start["activations"]
+            + step.residual_bytes * hidden * sum(chunks[: max(done, 1)]),
+            temporaries=bw_start["temporaries"] + weight_grads * weight_grad,
+        )
+
+    moments = [moment(0, 1)]
+    if len(chunks) > 1:
+        moments.append(moment(2, 3))
+    return moments
+
+
+ACCUMULATION_LABELS = ("backward, lm_head's first chunk", "backward, lm_head's second chunk")

@@ -29,6 +29,7 @@ from ..options import DTYPE_BYTES
 from . import activations as acts
 from . import chunked_head, fsdp1, layers, step_notes, zero3
 from . import optimizers as opt
+from .compiled import compiled_cross_entropy_bytes
 from .loading import estimate_loading
 from .report import MemoryReport
 from .settings import RunSettings, layer_lora_targets, outer_lora_targets, validate_run
@@ -484,10 +485,16 @@ class _Step:
         grads_fw = self.gradients if s.gradient_accumulation > 1 else self.buckets
         logits_fw = c * t * v + (4 * t * v if c != 4 else 0) + self.logsoftmax
         logits_bw = self.logsoftmax + 8 * t * v
-        if s.loss == "chunked":
+        chunk = s.batch_size * -(-s.seq_len // s.loss_chunks) * v  # the largest chunk's
+        if s.loss == "chunked" and s.compile:
+            # each chunk's compiled cross-entropy keeps its logits and a few numbers per token
+            # (no fp32 copy or log-softmax: the upcast is fused into its kernels); its backward
+            # makes the chunk's logit gradient while the chunk's logits are still kept
+            loss = compiled_cross_entropy_bytes(t, v, c, chunk)
+            logits_fw, logits_bw = loss.kept, loss.kept + loss.gradient
+        elif s.loss == "chunked":
             # every chunk's logits and log-softmax stay, but only one chunk's fp32 copy and,
             # in backward, one chunk's two fp32 gradients exist at a time (the largest chunk)
-            chunk = s.batch_size * -(-s.seq_len // s.loss_chunks) * v
             # offloaded too, the chunks' log-softmax go to the host as each is made and
             # come back one chunk at a time in backward
             logsoftmax = 4 * chunk if s.activation_offload else self.logsoftmax
@@ -534,6 +541,8 @@ class _Step:
         fws, bws = [fw], [bw_start, *bw_layers, bw_end]
         self.head_backward = chunked_head.backward_moments(self, bw_start)
         bws[1:1] = self.head_backward  # the chunked loss with offloading (memory/chunked_head.py)
+        self.head_accumulation = chunked_head.accumulation_moments(self, bw_start)
+        bws[1:1] = self.head_accumulation  # and without, in full fine-tuning
         extra = self.other_layer.forward_extra
         if extra and not (s.gradient_checkpointing or s.activation_offload or self.fsdp):
             # the last layer's forward at its top (MoE: its rows put back in token order),
@@ -605,7 +614,7 @@ class _Step:
                         gradients=grads_fw
                         + self.head_grads
                         + k * self.layer_grads
-                        + self.first_layer_grad,
+                        + (0 if s.compile and not ckpt else self.first_layer_grad),
                         activations=below + extra,
                         temporaries=self.bw_copies
                         - k * kept_copies
@@ -622,6 +631,10 @@ class _Step:
         layer = self.first_layer if first else self.other_layer
         if index is not None and not first:
             layer = self.saved_layers[index]
+        if self.settings.compile and not self.settings.gradient_checkpointing:
+            from .compiled import compiled_inside_layer  # the backward graph's own moments
+
+            return compiled_inside_layer(self, layer, first)
         return acts.backward_moments(
             layer,
             self.ctx,
@@ -643,7 +656,7 @@ class _Step:
         if self.settings.compile:
             from .compiled import compiled_note
 
-            notes.append(compiled_note())
+            notes.append(compiled_note(self.settings.loss == "chunked"))
         return notes
 
     def report(self) -> MemoryReport:

@@ -332,11 +332,19 @@ def run_step(
         ids = torch.randint(
             0, spec.vocab_size, (settings.batch_size, settings.seq_len), device=device
         )
+        autocast = settings.mixed and not settings.sharded_mixed
+        cross_entropy = None
         if settings.compile:  # each layer traced once, before anything is tracked
-            from .compiled_trace import compiled_layers
+            from .compiled_trace import compiled_cross_entropy, compiled_layers
 
             stack.enter_context(compiled_layers(model))
-            model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+            if settings.loss == "chunked":  # torchtune's compile_loss
+                cross_entropy = compiled_cross_entropy()
+            # traced under the step's own autocast: AOTAutograd keeps its first trace
+            with torch.autocast(device, dtype=compute_dtype, enabled=autocast):
+                loss = step_loss(model, ids, settings, cross_entropy)
+            loss.backward()
+            del loss
             for param in params:
                 param.grad = None
         weights = parallel.parameters(model) + list(model.buffers()) + quant_state_tensors(model)
@@ -355,7 +363,6 @@ def run_step(
         for t in states + parallel.gradient_tensors():
             tracker.add(t)
         tracker.add(ids, phase="forward")
-        autocast = settings.mixed and not settings.sharded_mixed
         stack.enter_context(parallel.buffers_are_temporaries())
         stack.enter_context(
             legacy_bnb_saves_input(
@@ -376,10 +383,7 @@ def run_step(
                     parallel.synchronize_gradients(model, last)
                 tracker.set_phase("forward")
                 with torch.autocast(device, dtype=compute_dtype, enabled=autocast):
-                    if settings.loss == "chunked":
-                        loss = chunked_loss(model, ids, settings.loss_chunks)
-                    else:
-                        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+                    loss = step_loss(model, ids, settings, cross_entropy)
                 if settings.gradient_accumulation > 1:
                     loss = loss / settings.gradient_accumulation
                 tracker.set_phase("backward")
@@ -470,7 +474,15 @@ def _paged_state_bytes(optimizer: str, optimizers: list[Any]) -> int:
     return total
 
 
-def chunked_loss(model: Any, ids: Any, chunks: int) -> Any:
+def step_loss(model: Any, ids: Any, settings: RunSettings, cross_entropy: Any = None) -> Any:
+    """The step's loss: the model's own (transformers' ForCausalLMLoss) or the chunked one,
+    whose chunks' cross-entropy is ``cross_entropy`` when given (compiled)."""
+    if settings.loss == "chunked":
+        return chunked_loss(model, ids, settings.loss_chunks, cross_entropy)
+    return model(input_ids=ids, labels=ids, use_cache=False).loss
+
+
+def chunked_loss(model: Any, ids: Any, chunks: int, cross_entropy: Any = None) -> Any:
     """torchtune's chunked cross-entropy (CEWithChunkedOutputLoss with its recipes' model
     output): lm_head applied to each of ``chunks`` pieces of the sequence, and each piece's
     logits upcast to fp32 and reduced by cross-entropy in turn; the same lines as
@@ -490,7 +502,10 @@ def chunked_loss(model: Any, ids: Any, chunks: int) -> Any:
     loss: Any = 0.0
     for logit, label in zip(logits, pieces, strict=True):
         logit = logit.reshape(-1, logit.size(-1))
-        loss = loss + F.cross_entropy(logit.float(), label, ignore_index=-100, reduction="sum")
+        if cross_entropy is not None:  # the upcast happens inside the compiled region
+            loss = loss + cross_entropy(logit, label)
+        else:
+            loss = loss + F.cross_entropy(logit.float(), label, ignore_index=-100, reduction="sum")
     del logits
     return loss / total
 
@@ -574,7 +589,12 @@ COMPILED_NOTE = (
     "compile=True: each decoder layer runs through AOTAutograd with inductor's partitioner "
     "(min_cut_rematerialization_partition), so a layer keeps the partitioner's saved tensors "
     "for backward, fewer and others than eager mode (its backward recomputes the rest); the "
-    "embeddings, the head and the loss run eagerly; the graphs run with eager kernels."
+    "embeddings, the head and the standard loss run eagerly; the graphs run with eager kernels."
+)
+COMPILED_LOSS_NOTE = (
+    " The chunked loss's cross-entropy of each chunk is compiled too (torchtune's compile_loss "
+    "of compute_cross_entropy), with inductor's decompositions; its graphs make only their "
+    "outputs, as inductor's fused kernels do."
 )
 _PARALLEL_NOTES = (
     "Per GPU of {n} with DDP: as one GPU plus DDP's gradient buckets (a second copy of the "
@@ -734,7 +754,7 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
     if s.gradient_checkpointing:
         notes.append("Gradient checkpointing (use_reentrant=False) on every decoder layer.")
     if s.compile:
-        notes.append(COMPILED_NOTE)
+        notes.append(COMPILED_NOTE + (COMPILED_LOSS_NOTE if s.loss == "chunked" else ""))
     if s.activation_offload:
         notes.append(
             "Activation offloading: torch.autograd.graph.save_on_cpu's two hooks around forward "

@@ -441,7 +441,6 @@ def _check_compiled(spec: ModelSpec, s: RunSettings) -> None:
         "zero_stage": s.zero_stage > 0,
         "activation_offload": s.activation_offload,
         "optimizer_in_backward": s.optimizer_in_backward,
-        "loss='chunked'": s.loss == "chunked",
         "lora_dropout": s.lora_dropout > 0,
         "attention='eager'": s.attention == "eager",
         "lm_head/embed_tokens LoRA targets": bool(outer_lora_targets(s.lora_targets)),
@@ -449,6 +448,6 @@ def _check_compiled(spec: ModelSpec, s: RunSettings) -> None:
     chosen = [name for name, on in others.items() if on]
     if chosen:
         raise LessonkitError(
-            f"compile=True is modelled on one GPU with the standard loss and SDPA attention, "
+            f"compile=True is modelled on one GPU with SDPA attention, "
             f"without {', '.join(chosen)}: set compile=False, or leave those out."
         )

@@ -276,7 +276,11 @@ def assumptions(step: Any) -> list[str]:
             "CEWithChunkedOutputLoss): lm_head runs on each chunk of the sequence and each "
             "chunk's logits are upcast to fp32 in turn, so the full fp32 copy "
             f"({logits / GiB:.2f} GiB for a vocabulary of {spec.vocab_size:,}) never exists; "
-            "the log-softmax of every chunk is still kept for backward."
+            + (
+                "compiled, each chunk keeps only its logits for backward, no fp32 log-softmax."
+                if s.compile
+                else "the log-softmax of every chunk is still kept for backward."
+            )
         )
         if step.head_backward:  # with activation offloading (memory/chunked_head.py)
             from .chunked_head import folds

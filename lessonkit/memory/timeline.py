@@ -200,11 +200,14 @@ def estimated(step: Any) -> Timeline:
             these = step._layer_moments(static, fw_end["gradients"], ks=[k])
             inside += these
             layer_labels += [f"backward, layer {layers - k} of {layers}"] * len(these)
+        from .chunked_head import ACCUMULATION_LABELS
         from .chunked_head import LABELS as HEAD_LABELS
 
         head = step.head_backward  # the chunked loss with offloading: its loss and lm_head
-        bws = [bws[0], *head, *inside, bws[-1]]
-        labels += ["backward, the loss's gradient", *HEAD_LABELS[: len(head)]]
+        summed = step.head_accumulation  # without: lm_head's weight gradients (full)
+        bws = [bws[0], *summed, *head, *inside, bws[-1]]
+        labels += ["backward, the loss's gradient", *ACCUMULATION_LABELS[: len(summed)]]
+        labels += list(HEAD_LABELS[: len(head)])
         labels += [*layer_labels, "backward, the end"]
     else:
         labels += ["backward"] * len(bws)

@@ -644,3 +644,7 @@ def test_compile_reaches_the_estimate(capsys) -> None:
     assert data["total_bytes"] < estimate("llama-2-7b", **shape).total_bytes
     code, _, err = run(capsys, *args, "--compile", "--gradient-checkpointing")
     assert code == 2 and "gradient_checkpointing" in err
+    code, out, _ = run(capsys, *args, "--compile", "--loss", "chunked")
+    chunked = estimate("llama-2-7b", compile=True, loss="chunked", **shape)
+    assert code == 0 and json.loads(out)["total_bytes"] == chunked.total_bytes
+    assert chunked.total_bytes < expected.total_bytes  # no fp32 log-softmax kept

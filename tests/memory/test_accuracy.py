@@ -1213,6 +1213,35 @@ COMPILE_ROWS += [
     )
 ]
 
+# compile=True with the chunked loss: torchtune's compile_loss compiles each chunk's
+# cross-entropy, which keeps the chunk's logits and no fp32 log-softmax; in full fine-tuning
+# lm_head's backward then sums its weight gradients beside every chunk's logit gradient, and
+# without checkpointing the compiled layers' backward graphs hold their own moments
+_COMPILED_CHUNKED = dict(precision="bf16", compile=True, loss="chunked")
+COMPILE_ROWS += [
+    ("llama", dict(_COMPILED_CHUNKED, batch_size=4, seq_len=256)),
+    ("llama", dict(_COMPILED_CHUNKED, batch_size=4, seq_len=256, method="lora")),
+    (
+        "llama",
+        dict(
+            _COMPILED_CHUNKED,
+            batch_size=2,
+            seq_len=512,
+            method="lora",
+            gradient_checkpointing=True,
+        ),
+    ),
+    ("wide", dict(_COMPILED_CHUNKED, batch_size=2, seq_len=512)),
+    ("qwen", dict(_COMPILED_CHUNKED, batch_size=4, seq_len=256, loss_chunks=4)),
+    ("llama", dict(_COMPILED_CHUNKED, batch_size=4, seq_len=256, precision="bf16-mixed")),
+    (
+        "llama",
+        dict(_COMPILED_CHUNKED, batch_size=4, seq_len=256, precision="bf16-mixed", method="lora"),
+    ),
+    ("gemma_hd", dict(_COMPILED_CHUNKED, batch_size=4, seq_len=256)),
+    ("qwen3", dict(_COMPILED_CHUNKED, batch_size=1, seq_len=1024, method="lora", loss_chunks=16)),
+]
+
 
 GRID += FAMILY_ROWS
 GRID += MOE_ROWS

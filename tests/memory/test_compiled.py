@@ -45,7 +45,10 @@ def test_data_file_matches_a_trace_now() -> None:
     # the release, whatever the build (+cpu, +cu126)
     release = torch.__version__.split("+")[0]
     assert data["torch_version"].split("+")[0] == release, "retrace: tools/compiled_saves.py"
-    assert tool.traced_layers() == data["layers"]
+    layers, backward = tool.traced_layers()
+    assert layers == data["layers"]
+    assert backward == data["backward"]
+    assert tool.traced_cross_entropy() == data["cross_entropy"]
 
 
 def test_compiled_layers_save_less_than_eager() -> None:
@@ -98,7 +101,12 @@ def _defaults(kw: dict) -> dict:
             "modelled for precision 'bf16', not 'bf16-mixed'",
         ),
         (dict(n_gpus=2), "n_gpus > 1"),
-        (dict(loss="chunked"), "loss='chunked'"),
+        (
+            dict(
+                loss="chunked", method="lora", gradient_checkpointing=True, activation_offload=True
+            ),
+            "activation_offload",
+        ),
         (dict(attention="eager"), "attention='eager'"),
         (dict(compile="yes"), "compile must be True or False"),
     ],
@@ -211,3 +219,77 @@ def test_the_data_holds_at_another_shape(method: str) -> None:
     model = build_model(spec, validate(spec, **kw), "meta")
     traced = sum(t.nbytes for t in trace_layer(model, spec, 2, 512, True))
     assert traced == compiled_layer_bytes(spec, method, "bf16", 16, 2 * 512, True)
+
+
+def test_the_compiled_loss_saves_what_inductor_saves() -> None:
+    """The traced cross-entropy of one chunk must keep for backward what torch.compile's own
+    inductor build keeps (its saved tensors, caught by saved-tensor hooks on real CPU
+    tensors), and its fused run must make only the logits' gradient."""
+    torch = pytest.importorskip("torch")
+    import shutil
+
+    from lessonkit.memory.compiled_trace import chunk_cross_entropy, trace_cross_entropy
+
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("inductor needs a C++ compiler on CPU")
+    rows, vocab = 48, 1000
+    logits = torch.randn(rows, vocab, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, vocab, (rows,))
+    packed: list = []
+
+    def pack(tensor):
+        packed.append(tensor)
+        return tensor
+
+    compiled = torch.compile(chunk_cross_entropy, backend="inductor", fullgraph=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = compiled(logits, labels)
+    expected = loss.detach().clone()
+    loss.backward()
+    eager = chunk_cross_entropy(logits.detach().float(), labels)
+    assert torch.allclose(expected, eager, rtol=1e-3)
+    real = sorted(
+        (tuple(t.shape), str(t.dtype).removeprefix("torch."))
+        for t in packed
+        if t.dtype != torch.int64
+    )
+    saved, made = trace_cross_entropy(rows, vocab)
+    assert sorted((t.shape, t.dtype) for t in saved) == real
+    assert [(t.shape, t.dtype) for t in made] == [((rows, vocab), "bfloat16")]
+    assert ((rows, vocab), "float32") not in real  # no fp32 log-softmax kept
+
+
+def test_the_compiled_chunked_loss_keeps_no_fp32_logits() -> None:
+    """Compiling the chunked loss drops its fp32 log-softmax: the logits' part of the peak
+    falls, by about the fp32 [tokens, vocab] tensor, and the CLI says so too."""
+    kw = dict(method="lora", precision="bf16", batch_size=2, seq_len=4096, loss="chunked")
+    eager = lessonkit.estimate("llama-3.2-3b", compile=False, **kw)
+    compiled = lessonkit.estimate("llama-3.2-3b", compile=True, **kw)
+    fp32_logits = 4 * 2 * 4096 * 128256
+    assert eager.breakdown["logits"] - compiled.breakdown["logits"] > 0.9 * fp32_logits
+    assert any("compute_cross_entropy" in note for note in compiled.assumptions)
+
+
+def test_a_graphs_working_set_follows_last_uses_and_views() -> None:
+    """working_set holds a value from the node that makes it to its last use (outputs to the
+    end), counts a view as its root's storage and leaves the graph's inputs out."""
+    torch = pytest.importorskip("torch")
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from lessonkit.memory.compiled_trace import working_set
+
+    def graph(x):
+        doubled = x * 2
+        shifted = doubled + 1
+        product = shifted * doubled  # the last use of both
+        flat = product.view(-1)  # a view: no storage of its own
+        return (flat * 3).sum(), flat
+
+    traced = make_fx(graph, tracing_mode="fake")(torch.empty(10, 100))
+    moments = working_set(traced)
+    size = 10 * 100 * 4
+    assert max(sum(nbytes for _, nbytes in held) for held in moments) == 3 * size
+    inputs_only = moments[0]  # the placeholder: nothing made yet
+    assert inputs_only == []
+    # at the end: the returned product (through its view) and the sum
+    assert sorted(nbytes for _, nbytes in moments[-1]) == [4, size]
