@@ -113,8 +113,11 @@ browser-deps:
 	  else echo "Install Chromium (e.g. 'sudo apt-get install chromium') for the browser tests."; fi; \
 	fi
 
+# pytest-xdist workers for `make test` (CI has two cores); --dist loadgroup keeps the tests that
+# share a fixture, and each accuracy-grid row's checks, on one worker (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: lint $(COLAB_VENV)/.installed-wheel $(OLDEST_VENV)/.installed $(CLASSIC_ENV)/.installed browser-deps
-	MPLBACKEND=Agg $(PY) -m pytest
+	MPLBACKEND=Agg $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # ruff (lint and format check: package, tests, tools, notebooks) and mypy (strict) on the package.
 lint: $(VENV)/.installed-dev

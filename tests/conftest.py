@@ -34,12 +34,36 @@ def pytest_configure(config: pytest.Config) -> None:
     configuration.set_hypothesis_home_dir(os.environ["HYPOTHESIS_STORAGE_DIRECTORY"])
 
 
+# before pytest-xdist's own hook, which reads the groups under --dist loadgroup
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if any("gpu" in item.keywords for item in items) and not _cuda_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+    _group_shared_fixtures(items)
+
+
+_SHARED_SCOPES = {"class", "module", "package", "session"}
+
+
+def _group_shared_fixtures(items: list[pytest.Item]) -> None:
+    """With pytest-xdist (`make test` runs two workers, --dist loadgroup), the tests of a file
+    that use a fixture wider than one test (a JupyterLab server, nbgrader's course, a built
+    environment) go to one worker, which builds it once; a test with an xdist_group of its own
+    keeps it, and the others are spread one by one."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if any(
+            defs and defs[-1].baseid and defs[-1].scope in _SHARED_SCOPES  # the tests' own
+            for defs in info.name2fixturedefs.values()
+        ):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 _STRAY_BEFORE = pytest.StashKey[object]()

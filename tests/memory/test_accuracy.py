@@ -8,8 +8,12 @@ within 2% at the median.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import pickle
 import statistics
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -1263,19 +1267,67 @@ def _id(case: tuple[str, dict]) -> str:
 
 class _Results(dict[str, tuple]):
     """Each configuration measured once per session, with its estimate, when first asked for
-    (so that a selection of the grid measures only its own rows)."""
+    (so that a selection of the grid measures only its own rows).
+
+    Under pytest-xdist the workers share the measurements through ``shared`` (a folder of the
+    session's temporary directory): the first worker to ask for a row measures it while holding
+    that row's lock and stores the report; a worker asking later (another test of the row, or
+    the median over the whole grid) waits for the lock and reads it. The estimate, cheap and
+    deterministic, is computed where it is asked for."""
+
+    def __init__(self, shared: Path | None = None) -> None:
+        super().__init__()
+        self._shared = shared
 
     def __missing__(self, key: str) -> tuple:
         family, kw = next(case for case in GRID if _id(case) == key)
-        measured = lessonkit.measure(SPECS[family], device="cpu", **kw)
+        measured = self._measured(key, family, kw)
         estimated = lessonkit.estimate(SPECS[family], device="cpu", **kw)
         self[key] = (measured, estimated)
         return self[key]
 
+    def _measured(self, key: str, family: str, kw: dict):
+        if self._shared is None:
+            return lessonkit.measure(SPECS[family], device="cpu", **kw)
+        import fcntl
+
+        name = hashlib.sha256(key.encode()).hexdigest()
+        stored = self._shared / f"{name}.pickle"
+        with open(self._shared / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if stored.exists():
+                return pickle.loads(stored.read_bytes())
+            measured = lessonkit.measure(SPECS[family], device="cpu", **kw)
+            try:
+                data = pickle.dumps(measured)
+            except (pickle.PicklingError, AttributeError, TypeError):
+                return measured  # not shareable: a worker asking later measures it again
+            partial = stored.with_suffix(".partial")
+            partial.write_bytes(data)
+            partial.replace(stored)
+            return measured
+
+
+def _rows(cases: list[tuple[str, dict]]) -> list:
+    """The rows as parameters, each in the pytest-xdist group of its configuration: with
+    --dist loadgroup a row's checks run on one worker, after one measurement."""
+    return [pytest.param(c, id=_id(c), marks=pytest.mark.xdist_group(_id(c))) for c in cases]
+
+
+def _shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """The folder the pytest-xdist workers of one session share (None without xdist, or
+    without POSIX file locks)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ or os.name != "posix":
+        return None
+    # each worker's base temporary directory is a folder of the session's
+    folder = tmp_path_factory.getbasetemp().parent / "accuracy-measurements"
+    folder.mkdir(exist_ok=True)
+    return folder
+
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, tuple]:
-    return _Results()
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
+    return _Results(_shared_folder(tmp_path_factory))
 
 
 def _error(measured, estimated) -> float:
@@ -1364,7 +1416,7 @@ def test_grid_covers_what_it_claims() -> None:
         assert rows == {(m, c) for m in METHODS for c in (False, True)}, family
 
 
-@pytest.mark.parametrize("case", GRID, ids=_id)
+@pytest.mark.parametrize("case", _rows(GRID))
 def test_weights_gradients_optimizer_exact(results, case) -> None:
     measured, estimated = results[_id(case)]
     m, e = measured.settings["measured"], estimated.settings["estimated"]
@@ -1375,7 +1427,7 @@ def test_weights_gradients_optimizer_exact(results, case) -> None:
     assert estimated.managed_bytes == measured.managed_bytes  # paged optimizer states
 
 
-@pytest.mark.parametrize("case", GRID, ids=_id)
+@pytest.mark.parametrize("case", _rows(GRID))
 def test_tensor_peak_within_5_percent(results, case) -> None:
     measured, estimated = results[_id(case)]
     assert measured.breakdown["cuda_context"] == estimated.breakdown["cuda_context"] == 0
@@ -1387,7 +1439,7 @@ def test_tensor_peak_within_5_percent(results, case) -> None:
     )
 
 
-@pytest.mark.parametrize("case", [c for c in GRID if c[1].get("activation_offload")], ids=_id)
+@pytest.mark.parametrize("case", _rows([c for c in GRID if c[1].get("activation_offload")]))
 def test_offloaded_host_bytes_within_12_percent(results, case) -> None:
     """What activation offloading puts in CPU RAM (the assumptions' PCIe time comes from it)
     is approximate: the estimate leaves out a few small saved tensors of the head and counts
