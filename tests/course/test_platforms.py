@@ -118,6 +118,8 @@ def dry_run(
         capture_output=True,
         text=True,
         timeout=600,
+        # a PYTHONPATH with this checkout on it would show pip lessonkit as installed already
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     assert run.returncode == 0, run.stderr[-3000:]
     installs = json.loads(report.read_text())["install"]
