@@ -87,12 +87,13 @@ def traced_layers() -> tuple[dict[str, dict[str, int]], dict[str, list[dict[str,
                     fw_module, bw_module, hidden_input = compiled_trace.trace_layer_graphs(
                         model, spec, TRACE_BATCH, TRACE_SEQ, input_grad, precision=precision
                     )
+                    inputs = compiled_trace.saved_inputs(fw_module, bw_module, {hidden_input})
                     saved = compiled_trace.saved_tensors(fw_module, bw_module, {hidden_input})
                     key = compiled.data_key(family, method, precision, input_grad)
                     tokens = TRACE_BATCH * TRACE_SEQ
                     out[key] = compiled_trace.per_width_bytes(spec, TRACE_RANK, tokens, saved)
                     backward[key] = compiled_trace.backward_profile(
-                        spec, TRACE_RANK, tokens, bw_module
+                        spec, TRACE_RANK, tokens, bw_module, inputs
                     )
     return out, backward
 
@@ -111,6 +112,20 @@ def traced_cross_entropy() -> dict[str, int]:
         "saved_bytes_per_token": sum(t.nbytes for t in per_token) // rows,
         "gradient_bytes_per_logit": sum(t.nbytes for t in made) // (rows * vocab),
     }
+
+
+def compact_json(data: dict) -> str:
+    """``data`` as indented JSON with each backward moment on one line (a diff of a new trace
+    then shows the moments that changed)."""
+    moments = data["backward"]
+    text = json.dumps(dict(data, backward="BACKWARD"), indent=2)
+    lines = [
+        f'    "{key}": [\n'
+        + ",\n".join(f"      {json.dumps(moment, sort_keys=True)}" for moment in profile)
+        + "\n    ]"
+        for key, profile in moments.items()
+    ]
+    return text.replace('"BACKWARD"', "{\n" + ",\n".join(lines) + "\n  }")
 
 
 def main() -> int:
@@ -135,25 +150,29 @@ def main() -> int:
         "backward (widths: hidden, intermediate, kv = n_kv_heads x head_dim, heads, rank = "
         "the LoRA rank, one). Keys: family/method/precision/whether the layer's input "
         "requires grad (LoRA's first layer does not). backward: by the same keys, the "
-        "highest moments of the layer's backward graph (run with eager kernels), what it holds "
-        "beside its inputs: bytes per token per unit of a width, and bytes per element of a "
-        "weight shape ('hidden x q'). cross_entropy: torchtune's compiled "
+        "highest moments of the layer's backward graph (run with eager kernels, each value "
+        "released after its last use as inductor's code releases it), what it holds beside "
+        "its incoming gradient: its saved tensors until their last use and the tensors it "
+        "makes, as bytes per token per unit of a width and bytes per element of a weight "
+        "shape ('hidden x q'); 'input' is the part of 'hidden' that is the layer's own input "
+        "(held by the checkpoint under gradient checkpointing). cross_entropy: torchtune's compiled "
         "loss of one chunk (compute_cross_entropy on bf16 logits): whether it keeps the "
         "logits for backward, the bytes per token it keeps besides, and the bytes per logit "
         "its backward makes (the logits' gradient).",
         "source": "traced with torch "
         f"{torch.__version__} (CPU): AOTAutograd's aot_function with "
         "torch._functorch.partitioners.min_cut_rematerialization_partition (inductor's "
-        "partitioner) and inductor's decompositions (select_decomp_table) on transformers' "
-        "decoder layer and on torchtune's compute_cross_entropy under FakeTensorMode; the forward graph's "
-        "outputs the backward graph takes, de-aliased; tools/compiled_saves.py",
+        "partitioner) on transformers' decoder layer, and with inductor's decompositions "
+        "(select_decomp_table) on torchtune's compute_cross_entropy, under FakeTensorMode; "
+        "the forward graph's outputs the backward graph takes, de-aliased; "
+        "tools/compiled_saves.py",
         "as_of": datetime.date.today().isoformat(),
         "torch_version": torch.__version__,
         "layers": layers,
         "backward": backward,
         "cross_entropy": cross_entropy,
     }
-    DATA.write_text(json.dumps(data, indent=2) + "\n")
+    DATA.write_text(compact_json(data) + "\n")
     return 0
 
 

@@ -166,7 +166,8 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch.compile each decoder layer (as torchtune's compile=True): the layers "
         "save what AOTAutograd's partitioner keeps; llama, mistral, qwen2, qwen3, gemma, "
         "phi3, olmo2, smollm3, granite; full or LoRA, --precision bf16 or bf16-mixed; "
-        "--gradient-checkpointing with LoRA in bf16 only; with --loss chunked each "
+        "with --gradient-checkpointing, --optimizer-in-backward and --activation-offload too; "
+        "with --loss chunked each "
         "chunk's cross-entropy is compiled too (torchtune's compile_loss)",
     )
     parser.add_argument(

@@ -17,10 +17,15 @@ per unit of each width, so one trace on a shape where the widths differ gives ev
 
 In bf16-mixed the layer is traced under bf16 autocast over fp32 weights; the bf16 copies of its
 weights that it saves are left out of the data, as the estimate counts them as eager mode's
-weight copies. With gradient checkpointing (LoRA in pure bf16 only) the checkpoint wraps each
-compiled layer, as torchtune wraps each layer and then compiles the layer inside: the forward
-keeps each layer's input and a layer's backward runs its compiled forward again, which saves
-what the data says.
+weight copies. With gradient checkpointing the checkpoint wraps each compiled layer, as
+torchtune wraps each layer and then compiles the layer inside: the forward keeps each layer's
+input and a layer's backward runs its compiled forward again, which saves what the data says.
+
+A compiled layer's backward graph frees each saved tensor after its last use (inductor's
+generated code clears its boxed arguments and deletes each input once dead), so the data's
+backward moments hold the saved tensors still to be used beside what the graph makes; the
+optimizer step in backward and activation offloading act around the compiled layers as in
+eager mode.
 """
 
 from __future__ import annotations
@@ -107,21 +112,6 @@ def check_compiled(
             f"compile=True is modelled for precision 'bf16' (as torchtune's compiled recipes "
             f"run) and 'bf16-mixed', not {precision!r}: use compile=False."
         )
-    if checkpointing and precision != "bf16":
-        raise LessonkitError(
-            "compile=True together with gradient_checkpointing is modelled for precision "
-            f"'bf16', not {precision!r}: the recomputed compiled layer's bf16 weight copies "
-            "are not modelled yet (7.7% above the estimate on a measured LoRA step: 4 layers of "
-            "width 512, 2 x 512 tokens); set one of them to False."
-        )
-    if checkpointing and method == "full":
-        raise LessonkitError(
-            "compile=True together with gradient_checkpointing is modelled for method 'lora', "
-            "not 'full': a checkpointed compiled layer's backward makes all of its weight "
-            "gradients in one graph while it still holds the tensors it recomputed, a moment "
-            "not modelled yet (7.5% above the estimate on a measured step: 4 layers of width "
-            "512, 4 x 512 tokens); set one of them to False."
-        )
 
 
 @cache
@@ -160,24 +150,38 @@ def _sizes(spec: ModelSpec, lora_rank: int) -> dict[str, int]:
     return sizes
 
 
+@dataclass(frozen=True)
+class BackwardMoment:
+    """What a compiled layer's backward graph holds beside its incoming gradient at one of its
+    highest moments: per-token tensors (its saved tensors not yet freed, the layer's input
+    among them as ``layer_input``, and those of its gradient math) and weight-shaped ones
+    (the gradients of its weights as they are made)."""
+
+    per_token: int
+    weights: int
+    layer_input: int
+
+
 def compiled_backward_moments(
     spec: ModelSpec, method: str, precision: str, lora_rank: int, tokens: int, input_grad: bool
-) -> list[tuple[int, int]]:
-    """(per-token bytes, weight-shaped bytes) a compiled layer's backward graph holds beside
-    its inputs at each of its highest moments (from the data file): the tensors of its
-    recomputed and gradient math, and the gradients of its weights as they are made."""
+) -> list[BackwardMoment]:
+    """A compiled layer's backward graph at each of its highest moments (from the data file),
+    each saved tensor freed after its last use as inductor's generated code frees it."""
     key = data_key(spec.family, method, precision, input_grad)
     sizes = _sizes(spec, lora_rank)
     out = []
     for moment in _data()["backward"][key]:
         per_token = weights = 0
         for unit, count in moment.items():
+            if unit == "input":
+                continue  # a part of "hidden"
             if " x " in unit:
                 first, second = unit.split(" x ")
                 weights += int(count) * sizes[first] * sizes[second]
             else:
                 per_token += int(count) * tokens * sizes[unit]
-        out.append((per_token, weights))
+        layer_input = int(moment.get("input", 0)) * tokens * spec.hidden_size
+        out.append(BackwardMoment(per_token, weights, layer_input))
     return out
 
 
@@ -226,18 +230,27 @@ def apply_compiled(step: Any) -> None:
 
 def compiled_inside_layer(step: Any, layer: Any, first: bool) -> list[tuple[int, int]]:
     """(activations, temporaries) a compiled layer's backward adds to what the layers below it
-    keep, at its highest moments (``estimating._Step._inside_layer``): the gradient coming
-    in and what the backward graph holds (the weights' gradients as they are made among the
-    temporaries). Without checkpointing only: a checkpointed compiled layer holds less than
-    its graph's moments above its recomputed tensors (11.5% less on a measured LoRA step: 4
-    layers of width 512, 4 x 512 tokens), and eager mode's moments are used for it."""
+    keep, at its highest moments (``estimating._Step._inside_layer``): the gradient coming in
+    and what the backward graph holds (the weights' gradients as they are made among the
+    temporaries), less what is counted below already: without checkpointing the tensors the
+    layer saved in the forward, which the graph frees one by one; with it, the layer's input,
+    which the checkpoint holds until the layer is done. With checkpointing in bf16-mixed the
+    compiled forward run again casts the layer's weights to bf16 once more, and its backward
+    holds those copies."""
     spec, s, ctx = step.spec, step.settings, step.ctx
-    input_grad = not first or s.method == "full"
+    ckpt = s.gradient_checkpointing
+    input_grad = ckpt or not first or s.method == "full"  # checkpointing: every layer's input
     incoming = ctx.residual_bytes * ctx.tokens * spec.hidden_size
-    moments = compiled_backward_moments(
-        spec, s.method, s.precision, s.lora_rank, ctx.tokens, input_grad
-    )
-    return [(incoming + per_token, weights) for per_token, weights in moments]
+    args = spec, s.method, s.precision, s.lora_rank, ctx.tokens, input_grad
+    saved = compiled_layer_bytes(*args)
+    copies = layer.weight_copies if ckpt else 0
+    return [
+        (
+            incoming + moment.per_token - (moment.layer_input if ckpt else saved),
+            moment.weights + copies,
+        )
+        for moment in compiled_backward_moments(*args)
+    ]
 
 
 def _recomputed(eager: Any, input_key: str, again: int) -> Any:

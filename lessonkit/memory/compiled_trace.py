@@ -58,6 +58,20 @@ def saved_tensors(fw_module: Any, bw_module: Any, counted_inputs: set[int]) -> l
     """The storages the backward graph receives from the forward graph, de-aliased: views are
     followed to their root; inputs count only when their index is in ``counted_inputs`` (the
     layer's hidden-state input, not its weights or the shared rotary tables)."""
+    return list(
+        {
+            tensor.name: tensor
+            for tensor in saved_inputs(fw_module, bw_module, counted_inputs).values()
+        }.values()
+    )
+
+
+def saved_inputs(
+    fw_module: Any, bw_module: Any, counted_inputs: set[int]
+) -> dict[str, SavedTensor]:
+    """The backward graph's inputs that are counted saved tensors (see ``saved_tensors``), by
+    the name of their placeholder in the backward graph, each described as its storage's
+    root: two placeholders that are views of one storage share its description."""
     bw_saved = [
         n for n in bw_module.graph.nodes if n.op == "placeholder" and "tangents" not in n.name
     ]
@@ -65,8 +79,8 @@ def saved_tensors(fw_module: Any, bw_module: Any, counted_inputs: set[int]) -> l
     outputs = list(output.args[0])
     fw_saved = outputs[len(outputs) - len(bw_saved) :]
     placeholders = [n for n in fw_module.graph.nodes if n.op == "placeholder"]
-    roots: dict[str, SavedTensor] = {}
-    for node in fw_saved:
+    out: dict[str, SavedTensor] = {}
+    for bw_node, node in zip(bw_saved, fw_saved, strict=True):
         root = _root(node)
         value = root.meta.get("val")
         if value is None or not hasattr(value, "numel"):
@@ -75,8 +89,8 @@ def saved_tensors(fw_module: Any, bw_module: Any, counted_inputs: set[int]) -> l
             continue
         if _weight_copy(root, placeholders, counted_inputs):
             continue  # autocast's cast of a weight: the estimate's weight copies count it
-        roots[root.name] = _described(root, root.op == "placeholder")
-    return list(roots.values())
+        out[bw_node.name] = _described(root, root.op == "placeholder")
+    return out
 
 
 def compile_function(function: Any, record: list[Any] | None = None, fused: bool = False) -> Any:
@@ -89,7 +103,6 @@ def compile_function(function: Any, record: list[Any] | None = None, fused: bool
     do not (the saved tensors are the same with and without, but for phi3's full
     fine-tuning, 2 bytes per token per unit of hidden fewer with them). ``record`` gets each
     (forward, backward) graph pair the partitioner makes."""
-    from torch._functorch._aot_autograd.utils import make_boxed_func
     from torch._functorch.aot_autograd import aot_function
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch._inductor.decomposition import select_decomp_table
@@ -101,7 +114,7 @@ def compile_function(function: Any, record: list[Any] | None = None, fused: bool
         return fw_module, bw_module
 
     def run_graph(graph: Any, _inputs: Sequence[Any]) -> Any:
-        return fused_graph(graph) if fused else make_boxed_func(graph)
+        return fused_graph(graph) if fused else freeing_graph(graph)
 
     return aot_function(
         function,
@@ -109,6 +122,20 @@ def compile_function(function: Any, record: list[Any] | None = None, fused: bool
         partition_fn=partition,
         decompositions=select_decomp_table() if fused else None,
     )
+
+
+def freeing_graph(graph: Any) -> Any:
+    """A boxed callable that runs ``graph`` node by node and releases each value, the graph's
+    inputs among them, after its last use, as inductor's generated code does (``args.clear()``,
+    then ``del`` of each buffer and input once dead): in a backward graph each saved tensor is
+    freed as soon as the gradient math is done with it."""
+    import torch.fx
+
+    def run(args: list[Any]) -> Any:
+        return torch.fx.Interpreter(graph).boxed_run(args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
 
 
 def fused_graph(graph: Any) -> Any:
@@ -308,17 +335,25 @@ def per_width_bytes(
 
 
 def backward_profile(
-    spec: ModelSpec, lora_rank: int, tokens: int, bw_module: Any
+    spec: ModelSpec,
+    lora_rank: int,
+    tokens: int,
+    bw_module: Any,
+    inputs: dict[str, SavedTensor] | None = None,
 ) -> list[dict[str, int]]:
-    """What a compiled layer's backward graph holds beside its inputs at its highest moments,
-    as bytes per unit: per token of each width (``hidden``, ...) and per element of each
-    weight shape (``"hidden x q"``, a vector ``"hidden"`` as ``"hidden x one"``). Only the
-    moments no other moment exceeds in every unit are kept."""
+    """What a compiled layer's backward graph holds beside its incoming gradient at its highest
+    moments, as bytes per unit: per token of each width (``hidden``, ...) and per element of
+    each weight shape (``"hidden x q"``, a vector ``"hidden"`` as ``"hidden x one"``). The
+    tensors it makes count, and its saved tensors ``inputs`` (``saved_inputs``) until their last
+    use, the layer's own input among them also as ``input`` (per token per unit of hidden).
+    Only the moments no other moment exceeds in every unit are kept."""
     by_size, parts = _width_names(spec, lora_rank)
     order = {name: i for i, name in enumerate((*WIDTHS, *FUSED_WIDTHS))}
     moments: list[dict[str, int]] = []
-    for held in working_set(bw_module):
-        units: dict[str, int] = {}
+    alive = inputs_alive(bw_module, inputs or {})
+    for held, saved in zip(working_set(bw_module), alive, strict=True):
+        units = per_width_bytes(spec, lora_rank, tokens, saved)
+        units = {name: count for name, count in units.items() if count}
         for shape, nbytes in held:
             elements = math.prod(shape)
             width, rest = divmod(elements, tokens)
@@ -421,6 +456,24 @@ def _storages(graph: Any) -> dict[Any, tuple[Any, int | None]]:
         else:
             out[node] = (node, None)
     return out
+
+
+def inputs_alive(graph: Any, inputs: dict[str, SavedTensor]) -> list[list[SavedTensor]]:
+    """Which of ``inputs`` (by placeholder name; placeholders that share a storage share one
+    description) a graph still holds while each of its nodes runs: from the start to the last
+    use of any of their placeholders or views, as ``freeing_graph`` runs it."""
+    nodes = list(graph.graph.nodes)
+    storage = _storages(graph.graph)
+    last: dict[str, int] = {}
+    described: dict[str, SavedTensor] = {}
+    for i, node in enumerate(nodes):
+        for used in node.all_input_nodes:
+            root = storage[used][0]
+            if root.op == "placeholder" and root.name in inputs:
+                tensor = inputs[root.name]
+                described[tensor.name] = tensor
+                last[tensor.name] = max(last.get(tensor.name, 0), i)
+    return [[described[name] for name in described if i <= last[name]] for i in range(len(nodes))]
 
 
 def working_set(graph: Any) -> list[list[tuple[tuple[int, ...], int]]]:

@@ -439,11 +439,17 @@ class _Step:
         # what goes to the host: every saved tensor outside the checkpointed layers (their
         # inputs, the embedding's indices, the head's, the loss's two fp32 [tokens, vocab]
         # tensors) and lm_head's weight as the matmul saves it (once per chunk of a chunked loss)
+        # (a compiled chunked loss saves each chunk's bf16 logits and two fp32 numbers per token)
+        loss_saved = 2 * self.logsoftmax
+        if s.compile and s.loss == "chunked":
+            loss_saved = compiled_cross_entropy_bytes(
+                t, spec.vocab_size, self.compute_bytes, 0
+            ).kept
         self.offloaded = (
             self.inputs
             + self.fw_layers
             + self.head_saved
-            + 2 * self.logsoftmax
+            + loss_saved
             + chunked_head.saved_head_weight_bytes(self)
             * (s.loss_chunks if s.loss == "chunked" else 1)
             if s.activation_offload
@@ -614,7 +620,7 @@ class _Step:
                         gradients=grads_fw
                         + self.head_grads
                         + k * self.layer_grads
-                        + (0 if s.compile and not ckpt else self.first_layer_grad),
+                        + (0 if s.compile else self.first_layer_grad),
                         activations=below + extra,
                         temporaries=self.bw_copies
                         - k * kept_copies
@@ -631,7 +637,7 @@ class _Step:
         layer = self.first_layer if first else self.other_layer
         if index is not None and not first:
             layer = self.saved_layers[index]
-        if self.settings.compile and not self.settings.gradient_checkpointing:
+        if self.settings.compile:
             from .compiled import compiled_inside_layer  # the backward graph's own moments
 
             return compiled_inside_layer(self, layer, first)

@@ -197,7 +197,6 @@ def _check_lora_on_experts(s: RunSettings) -> None:
         "lora_dropout > 0 (peft's ParamWrapper refuses it)": s.lora_dropout > 0,
         f"precision {s.precision!r}": s.precision != "bf16",
         "zero_stage=3": s.zero_stage == 3,
-        "activation_offload": s.activation_offload,
     }
     chosen = [name for name, on in others.items() if on]
     if chosen:
@@ -432,15 +431,13 @@ def _check_fsdp1(s: RunSettings, spec: ModelSpec) -> None:
 
 
 def _check_compiled(spec: ModelSpec, s: RunSettings) -> None:
-    """What compile=True models: one GPU, no offloading or in-backward step (see compiled.py)."""
+    """What compile=True models: one GPU, SDPA attention, no LoRA dropout (see compiled.py)."""
     from .compiled import check_compiled
 
     check_compiled(spec, s.method, s.precision, s.gradient_checkpointing, s.seq_len)
     others = {
         "n_gpus > 1": s.n_gpus > 1,
         "zero_stage": s.zero_stage > 0,
-        "activation_offload": s.activation_offload,
-        "optimizer_in_backward": s.optimizer_in_backward,
         "lora_dropout": s.lora_dropout > 0,
         "attention='eager'": s.attention == "eager",
         "lm_head/embed_tokens LoRA targets": bool(outer_lora_targets(s.lora_targets)),

@@ -642,8 +642,20 @@ def test_compile_reaches_the_estimate(capsys) -> None:
     assert code == 0 and data["total_bytes"] == expected.total_bytes
     assert data["settings"]["compile"] is True
     assert data["total_bytes"] < estimate("llama-2-7b", **shape).total_bytes
-    code, _, err = run(capsys, *args, "--compile", "--gradient-checkpointing")
-    assert code == 2 and "gradient_checkpointing" in err
+    savers = ("--gradient-checkpointing", "--optimizer-in-backward", "--activation-offload")
+    code, out, _ = run(capsys, *args, "--compile", *savers)
+    saved = estimate(
+        "llama-2-7b",
+        compile=True,
+        gradient_checkpointing=True,
+        optimizer_in_backward=True,
+        activation_offload=True,
+        **shape,
+    )
+    assert code == 0 and json.loads(out)["total_bytes"] == saved.total_bytes
+    assert saved.total_bytes < expected.total_bytes
+    code, _, err = run(capsys, *args, "--compile", "--n-gpus", "2", "--zero-stage", "3")
+    assert code == 2 and "compile=True" in err
     code, out, _ = run(capsys, *args, "--compile", "--loss", "chunked")
     chunked = estimate("llama-2-7b", compile=True, loss="chunked", **shape)
     assert code == 0 and json.loads(out)["total_bytes"] == chunked.total_bytes
