@@ -12,6 +12,7 @@ import contextlib
 import os
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,16 +83,49 @@ def notebook_server(
         yield lab.LabServer(url, token, root)
 
 
+# What ipywidgets 7.7.1's widget manager logs when the fresh kernel (no ipywidgets imported
+# yet) closes its control comm: it then asks the kernel for the widgets' comms one by one.
+RESTORE_FALLBACK = 'Failed to fetch ipywidgets through the "jupyter.widget.control" comm'
+
+
 def open_notebook(page, server: lab.LabServer, name: str, timeout_ms: int = 90_000) -> None:
+    """Open ``name`` and wait until its kernel is idle and the widget manager has finished
+    restoring widgets from the kernel (see ``wait_for_widget_restore``)."""
+    fallbacks: list[str] = []
+    page.on("console", lambda m: fallbacks.append(m.text) if RESTORE_FALLBACK in m.text else None)
     page.goto(f"{server.url}/notebooks/{name}?token={server.token}")
     page.wait_for_selector(".cell.code_cell", timeout=timeout_ms)
     page.wait_for_function(
         "() => window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel "
-        "&& Jupyter.notebook.kernel.is_connected()",
+        "&& Jupyter.notebook.kernel.is_connected() && Jupyter.notebook.kernel.widget_manager",
         timeout=timeout_ms,
         polling=250,
     )
     page.wait_for_selector(KERNEL_IDLE, state="attached", timeout=timeout_ms)
+    wait_for_widget_restore(page, fallbacks, timeout_ms)
+
+
+def wait_for_widget_restore(page, fallbacks: list[str], timeout_ms: int) -> None:
+    """The widget manager of ipywidgets 7 restores the kernel's widgets when it starts: its
+    control comm fails on a fresh kernel, then it lists the kernel's widget comms and, when
+    the answer comes, renders again every output holding a widget. Cells run before that
+    answer can make widgets the listing also sees, as comms with no model yet (the comms'
+    openings come on another channel); their outputs are then rendered again from a second
+    model whose state never arrives, and stay empty. So wait for the fallback's message and
+    then for the answer to a listing of our own, which the kernel sends after the manager's
+    (one shell channel, answered in order), and let the manager's promises settle."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while not fallbacks:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the widget manager never logged {RESTORE_FALLBACK!r}")
+        page.wait_for_timeout(100)
+    page.evaluate(
+        """() => new Promise(resolve => {
+            Jupyter.notebook.kernel.send_shell_message(
+                'comm_info_request', {target_name: 'jupyter.widget'},
+                {shell: {reply: () => setTimeout(() => resolve(true), 200)}});
+        })"""
+    )
 
 
 def run_all_cells(page, timeout_ms: int = 240_000) -> None:
@@ -108,6 +142,15 @@ def run_all_cells(page, timeout_ms: int = 240_000) -> None:
         polling=500,
     )
     page.wait_for_selector(KERNEL_IDLE, state="attached", timeout=timeout_ms)
+
+
+def output_texts(page, limit: int = 200) -> list[str]:
+    """The start of each output's text, for a failure's message."""
+    return page.evaluate(
+        "limit => [...document.querySelectorAll('.output_area')]"
+        ".map(n => n.innerText.slice(0, limit))",
+        limit,
+    )
 
 
 def error_outputs(page) -> list[str]:

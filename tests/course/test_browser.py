@@ -497,7 +497,11 @@ def test_every_explorer_in_classic_notebook_with_ipywidgets_7(
         assert classic.error_outputs(page) == []
         for kind in CLASSIC_KINDS:
             explorer = page.locator(f".lessonkit-{kind}-explorer")
-            explorer.wait_for(state="visible", timeout=60_000)
+            try:
+                explorer.wait_for(state="visible", timeout=60_000)
+            except Exception as error:
+                outputs = classic.output_texts(page)
+                raise AssertionError(f"no live {kind} explorer; the outputs: {outputs}") from error
             page.wait_for_function(
                 """node => {
                     const img = node.querySelector('.lessonkit-chart img');
