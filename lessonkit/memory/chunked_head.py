@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .compiled import compiled_cross_entropy_bytes
 from .settings import outer_lora_targets
 
 
@@ -54,7 +55,15 @@ def backward_moments(step: Any, bw_start: dict[str, int]) -> list[dict[str, int]
     tokens, vocab = step.ctx.tokens, spec.vocab_size
     chunk_tokens = s.batch_size * -(-s.seq_len // s.loss_chunks)
     waiting = step.compute_bytes * (tokens - chunk_tokens) * vocab
-    last_loss_chunk = dict(bw_start, logits=bw_start["logits"] + waiting)
+    logits = bw_start["logits"]
+    if s.compile:
+        # each chunk's compiled backward has run and its saved logits are released: of what the
+        # compiled loss keeps, only this chunk's (back from the host) is left
+        loss = compiled_cross_entropy_bytes(
+            chunk_tokens, vocab, step.compute_bytes, chunk_tokens * vocab
+        )
+        logits = loss.kept + loss.gradient
+    last_loss_chunk = dict(bw_start, logits=logits + waiting)
     logit_gradients = step.compute_bytes * tokens * vocab
     if "lm_head" in outer_lora_targets(s.lora_targets):
         # a LoRA lm_head: the scaled adapter output's gradient, one chunk's logits in size
@@ -80,14 +89,18 @@ def chunk_tokens(step: Any) -> list[int]:
 
 
 def accumulation_moments(step: Any, bw_start: dict[str, int]) -> list[dict[str, int]]:
-    """Full fine-tuning with a chunked loss (no offloading): once the loss of every chunk is
-    differentiated, their logit gradients wait together and lm_head's backward takes them
-    one chunk at a time, each making a weight gradient that autograd adds to the others'
-    sum out of place. Two moments: the first chunk's weight gradient made beside every
-    logit gradient; the second's, with the sum and the new sum, once the first two chunks'
-    logit gradients are freed."""
+    """Full fine-tuning with a chunked loss: once the loss of every chunk is differentiated,
+    their logit gradients wait together and lm_head's backward takes them one chunk at a
+    time, each making a weight gradient that autograd adds to the others' sum out of place.
+    Two moments: the first chunk's weight gradient made beside every logit gradient; then the
+    second chunk's. Without offloading the second moment is that chunk's sum, with the first
+    two chunks' logit gradients freed and three weight gradients (the sum, the new gradient
+    and the new sum). With offloading each chunk's saved weight comes back from the host
+    (``saved_head_weight_bytes``) as that chunk's backward starts, while only the first
+    chunk's logit gradient is freed: the second chunk's gradient is made beside the first's,
+    the weight back on the device and every later chunk's logit gradient still waiting."""
     s, spec = step.settings, step.spec
-    if s.loss != "chunked" or s.activation_offload or not step.ctx.trains_base:
+    if s.loss != "chunked" or not step.ctx.trains_base:
         return []
     vocab, hidden = spec.vocab_size, spec.hidden_size
     chunks = chunk_tokens(step)
@@ -95,11 +108,12 @@ def accumulation_moments(step: Any, bw_start: dict[str, int]) -> list[dict[str, 
     # whose gradient is summed before it is cast back
     weight_grad = step.compute_bytes * vocab * hidden
     logit_grads = step.compute_bytes * vocab * step.ctx.tokens
+    weight_back = saved_head_weight_bytes(step) if s.activation_offload else 0
 
     def moment(done: int, weight_grads: int) -> dict[str, int]:
         return dict(
             bw_start,
-            logits=logit_grads - step.compute_bytes * vocab * sum(chunks[:done]),
+            logits=logit_grads - step.compute_bytes * vocab * sum(chunks[:done]) + weight_back,
             activations=bw_start["activations"]
             + step.residual_bytes * hidden * sum(chunks[: max(done, 1)]),
             temporaries=bw_start["temporaries"] + weight_grads * weight_grad,
@@ -107,7 +121,7 @@ def accumulation_moments(step: Any, bw_start: dict[str, int]) -> list[dict[str, 
 
     moments = [moment(0, 1)]
     if len(chunks) > 1:
-        moments.append(moment(2, 3))
+        moments.append(moment(1, 2) if s.activation_offload else moment(2, 3))
     return moments
 
 

@@ -498,6 +498,9 @@ class _Step:
             # makes the chunk's logit gradient while the chunk's logits are still kept
             loss = compiled_cross_entropy_bytes(t, v, c, chunk)
             logits_fw, logits_bw = loss.kept, loss.kept + loss.gradient
+            if s.activation_offload:  # what the loss kept is on the host, back a chunk at a time
+                loss = compiled_cross_entropy_bytes(chunk // v, v, c, chunk)
+                logits_bw = loss.kept + loss.gradient
         elif s.loss == "chunked":
             # every chunk's logits and log-softmax stay, but only one chunk's fp32 copy and,
             # in backward, one chunk's two fp32 gradients exist at a time (the largest chunk)
@@ -548,7 +551,7 @@ class _Step:
         self.head_backward = chunked_head.backward_moments(self, bw_start)
         bws[1:1] = self.head_backward  # the chunked loss with offloading (memory/chunked_head.py)
         self.head_accumulation = chunked_head.accumulation_moments(self, bw_start)
-        bws[1:1] = self.head_accumulation  # and without, in full fine-tuning
+        bws[1:1] = self.head_accumulation  # full fine-tuning, offloaded or not
         extra = self.other_layer.forward_extra
         if extra and not (s.gradient_checkpointing or s.activation_offload or self.fsdp):
             # the last layer's forward at its top (MoE: its rows put back in token order),

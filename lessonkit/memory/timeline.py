@@ -204,7 +204,7 @@ def estimated(step: Any) -> Timeline:
         from .chunked_head import LABELS as HEAD_LABELS
 
         head = step.head_backward  # the chunked loss with offloading: its loss and lm_head
-        summed = step.head_accumulation  # without: lm_head's weight gradients (full)
+        summed = step.head_accumulation  # full fine-tuning: lm_head's weight gradients
         bws = [bws[0], *summed, *head, *inside, bws[-1]]
         labels += ["backward, the loss's gradient", *ACCUMULATION_LABELS[: len(summed)]]
         labels += list(HEAD_LABELS[: len(head)])

@@ -1321,6 +1321,30 @@ COMPILE_ROWS += [
 ]
 
 
+# the chunked loss with activation offloading where the logits decide the peak (a vocabulary
+# 128 times the hidden size): every chunk's loss is differentiated first, then lm_head's
+# backward takes the chunks one by one, each with the weight it saved back from the host; a
+# compiled loss's backward releases the chunk's logits it kept
+SPECS["llama_vocab"] = replace(SPECS["llama"], name="tiny-llama-32k-vocab", vocab_size=32768)
+_HEAD_OFFLOAD = dict(
+    batch_size=2,
+    seq_len=512,
+    loss="chunked",
+    gradient_checkpointing=True,
+    activation_offload=True,
+)
+HEAD_OFFLOAD_ROWS = [
+    ("llama_vocab", dict(_HEAD_OFFLOAD, precision="bf16")),
+    ("llama_vocab", dict(_HEAD_OFFLOAD, precision="bf16-mixed")),
+    ("llama_vocab", dict(_HEAD_OFFLOAD, precision="bf16", compile=True)),
+    (
+        "llama_vocab",
+        dict(_HEAD_OFFLOAD, precision="bf16", compile=True, optimizer_in_backward=True),
+    ),
+    ("llama_vocab", dict(_HEAD_OFFLOAD, precision="bf16", compile=True, method="lora")),
+    ("llama_vocab", dict(_HEAD_OFFLOAD, precision="bf16", method="lora", loss_chunks=4)),
+]
+
 GRID += FAMILY_ROWS
 GRID += MOE_ROWS
 GRID += GPT_OSS_ROWS
@@ -1332,6 +1356,7 @@ GRID += MOE_QLORA_ROWS
 GRID += MOE_ZERO3_ROWS
 GRID += EXPERT_LORA_ROWS
 GRID += COMPILE_ROWS
+GRID += HEAD_OFFLOAD_ROWS
 
 
 def _id(case: tuple[str, dict]) -> str:
