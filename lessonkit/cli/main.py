@@ -143,8 +143,9 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--activation-offload",
         action="store_true",
-        help="copy what is saved for backward to CPU RAM (torch's save_on_cpu, "
-        "TRL's activation_offloading); needs --gradient-checkpointing",
+        help="copy what the decoder saves for backward to CPU RAM, lm_head's saved tensors "
+        "kept on the GPU (TRL's activation_offloading, torchtune's "
+        "enable_activation_offloading); needs --gradient-checkpointing",
     )
     parser.add_argument(
         "--optimizer-in-backward",

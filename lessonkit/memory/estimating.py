@@ -410,6 +410,18 @@ class _Step:
             head = acts.Saved()
             head.add("traced", int(self.trace.outside_per_token * t))
         self.head_saved = head.activations + 8 * t + self.embed_saved  # + the shifted labels
+        # what lm_head itself saves (its input, or autocast's cast of it): recipes that offload
+        # activations leave it on the device (see phases())
+        self.head_kept = sum(
+            nbytes
+            for key, nbytes in head.items.items()
+            if key == "final.out" or key.startswith("lm_head")
+        )
+        # the final RMSNorm's fp32 input is saved twice (by its square and by its product
+        # with rstd): one tensor on the device, but offloading copies each saved reference
+        self.norm_input_again = head.items.get("final.x_fp32", head.items.get("final.x", 0))
+        if spec.norm == "layernorm":
+            self.norm_input_again = 0
         self.head_copies = head.weight_copies
         if s.loss == "chunked" and not full:
             # autocast casts a frozen lm_head anew for each chunk, and each chunk saves its cast
@@ -431,33 +443,30 @@ class _Step:
         else:
             self.fw_layers = sum(self.layers_saved) + self.rope
             self.fw_copies = self.bw_copies = copies  # saved until each layer's backward
-        # activation offloading: whatever is saved for backward goes to host memory, and
-        # autocast's cached copies of trained weights are all that stays until the forward ends
+        # activation offloading as torchtune's and TRL's recipes do it: whatever the decoder
+        # saves for backward goes to host memory, and autocast's cached copies of trained
+        # weights are all that stays until the forward ends; lm_head's own saved tensors stay
+        # on the device (a no-op region around its forward), and so does a chunked loss, which
+        # torchtune computes outside the offloading region
         # with LoRA and checkpointing the embeddings' output is made to require grad: a leaf,
         # which its gradient's accumulator keeps on the device although it is offloaded
         self.offload_kept = p * t * h if ckpt and not full else 0
         # what goes to the host: every saved tensor outside the checkpointed layers (their
-        # inputs, the embedding's indices, the head's, the loss's two fp32 [tokens, vocab]
-        # tensors) and lm_head's weight as the matmul saves it (once per chunk of a chunked loss)
-        # (a compiled chunked loss saves each chunk's bf16 logits and two fp32 numbers per token)
-        loss_saved = 2 * self.logsoftmax
-        if s.compile and s.loss == "chunked":
-            loss_saved = compiled_cross_entropy_bytes(
-                t, spec.vocab_size, self.compute_bytes, 0
-            ).kept
+        # inputs, the embedding's indices, the final norm's) and, with the standard loss (in
+        # the model's forward), the loss's two fp32 [tokens, vocab] tensors
         self.offloaded = (
             self.inputs
             + self.fw_layers
             + self.head_saved
-            + loss_saved
-            + chunked_head.saved_head_weight_bytes(self)
-            * (s.loss_chunks if s.loss == "chunked" else 1)
+            - self.head_kept
+            + self.norm_input_again
+            - layers.Embeddings().leaf_bytes(spec, root_ctx, ckpt)
+            + (2 * self.logsoftmax if s.loss == "standard" else 0)
             if s.activation_offload
             else 0
         )
         if s.activation_offload:
             self.fw_copies, self.bw_copies = (copies if full else 0), 0
-            self.head_copies = self.head_copies if full else 0
 
     def _traced_layers(self) -> tuple[acts.Saved, list[acts.Saved], acts.Saved, acts.Saved]:
         """A traced model's decoder layers (memory/tracing.py), scaled to the step's tokens:
@@ -498,24 +507,17 @@ class _Step:
             # makes the chunk's logit gradient while the chunk's logits are still kept
             loss = compiled_cross_entropy_bytes(t, v, c, chunk)
             logits_fw, logits_bw = loss.kept, loss.kept + loss.gradient
-            if s.activation_offload:  # what the loss kept is on the host, back a chunk at a time
-                loss = compiled_cross_entropy_bytes(chunk // v, v, c, chunk)
-                logits_bw = loss.kept + loss.gradient
         elif s.loss == "chunked":
             # every chunk's logits and log-softmax stay, but only one chunk's fp32 copy and,
             # in backward, one chunk's two fp32 gradients exist at a time (the largest chunk)
-            # offloaded too, the chunks' log-softmax go to the host as each is made and
-            # come back one chunk at a time in backward
-            logsoftmax = 4 * chunk if s.activation_offload else self.logsoftmax
-            logits_fw = c * t * v + (4 * chunk if c != 4 else 0) + logsoftmax
-            logits_bw = logsoftmax + 8 * chunk
+            logits_fw = c * t * v + (4 * chunk if c != 4 else 0) + self.logsoftmax
+            logits_bw = self.logsoftmax + 8 * chunk
         # the residual before the final norm, still held by the model's forward at the loss
         # (a chunked loss runs after the decoder has returned)
         last_hidden = 0 if s.loss == "chunked" else p * t * h
-        # offloaded: only the labels the loss is working on stay of what is saved
-        saved = (
-            8 * t + self.offload_kept if s.activation_offload else self.fw_layers + self.head_saved
-        )
+        # offloaded: only lm_head's saved tensors and the labels the loss is working on stay
+        offload_kept = self.offload_kept + self.head_kept
+        saved = 8 * t + offload_kept if s.activation_offload else self.fw_layers + self.head_saved
         fw = dict(
             static,
             gradients=grads_fw,
@@ -526,11 +528,9 @@ class _Step:
         bw_start = dict(
             static,
             gradients=grads_fw,
-            activations=self.inputs + (self.offload_kept if s.activation_offload else saved),
+            activations=self.inputs + (offload_kept if s.activation_offload else saved),
             logits=logits_bw,
-            temporaries=(0 if s.activation_offload else self.head_copies)
-            + self.bw_copies
-            + self.gather,
+            temporaries=self.head_copies + self.bw_copies + self.gather,
         )
         bw_layers = self._layer_moments(static, grads_fw)
         # end: every gradient; tied embeddings add the embedding's gradient to lm_head's
@@ -549,9 +549,9 @@ class _Step:
         )
         fws, bws = [fw], [bw_start, *bw_layers, bw_end]
         self.head_backward = chunked_head.backward_moments(self, bw_start)
-        bws[1:1] = self.head_backward  # the chunked loss with offloading (memory/chunked_head.py)
+        bws[1:1] = self.head_backward  # the chunked loss's head (memory/chunked_head.py): LoRA
         self.head_accumulation = chunked_head.accumulation_moments(self, bw_start)
-        bws[1:1] = self.head_accumulation  # full fine-tuning, offloaded or not
+        bws[1:1] = self.head_accumulation  # and full fine-tuning
         extra = self.other_layer.forward_extra
         if extra and not (s.gradient_checkpointing or s.activation_offload or self.fsdp):
             # the last layer's forward at its top (MoE: its rows put back in token order),

@@ -274,7 +274,14 @@ class Embeddings:
             return 0
         tokens, hidden, residual = ctx.tokens, spec.hidden_size, ctx.residual_bytes
         kept = dropout_mask(ctx, tokens * hidden, residual) + 8 * ctx.seq_len
-        return kept + (residual * tokens * hidden if checkpointing and not ctx.trains_base else 0)
+        return kept + self.leaf_bytes(spec, ctx, checkpointing)
+
+    def leaf_bytes(self, spec: ModelSpec, ctx: StepContext, checkpointing: bool) -> int:
+        """GPT-2's token embeddings made to require grad (LoRA with checkpointing): a leaf that
+        nothing saves, kept by its gradient's accumulator."""
+        if spec.family != "gpt2" or not checkpointing or ctx.trains_base:
+            return 0
+        return ctx.residual_bytes * ctx.tokens * spec.hidden_size
 
 
 @dataclass(frozen=True)

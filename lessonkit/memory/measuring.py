@@ -278,6 +278,7 @@ def run_step(
     )
     from .tracking import (
         Tracker,
+        head_on_device,
         offloaded_activations,
         storage_keys,
         tensor_bytes,
@@ -374,6 +375,10 @@ def run_step(
             torch.cuda.reset_peak_memory_stats()
         stack.enter_context(
             offloaded_activations(settings.activation_offload, simulate=device != "cuda")
+        )
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        stack.enter_context(
+            head_on_device(base.get_output_embeddings(), settings.activation_offload)
         )
         unsynced_bytes = 0  # the gradients kept unreduced between micro-batches (no_sync)
         with tracker:
@@ -478,35 +483,45 @@ def step_loss(model: Any, ids: Any, settings: RunSettings, cross_entropy: Any = 
     """The step's loss: the model's own (transformers' ForCausalLMLoss) or the chunked one,
     whose chunks' cross-entropy is ``cross_entropy`` when given (compiled)."""
     if settings.loss == "chunked":
-        return chunked_loss(model, ids, settings.loss_chunks, cross_entropy)
+        return chunked_loss(
+            model, ids, settings.loss_chunks, cross_entropy, settings.activation_offload
+        )
     return model(input_ids=ids, labels=ids, use_cache=False).loss
 
 
-def chunked_loss(model: Any, ids: Any, chunks: int, cross_entropy: Any = None) -> Any:
+def chunked_loss(
+    model: Any, ids: Any, chunks: int, cross_entropy: Any = None, offload: bool = False
+) -> Any:
     """torchtune's chunked cross-entropy (CEWithChunkedOutputLoss with its recipes' model
     output): lm_head applied to each of ``chunks`` pieces of the sequence, and each piece's
     logits upcast to fp32 and reduced by cross-entropy in turn; the same lines as
     torchtune/modules/loss/ce_chunked_output_loss.py, with the labels shifted as its recipes
-    do (the last position ignored)."""
+    do (the last position ignored). With ``offload``, the loss runs outside the offloading
+    region, as torchtune's recipes compute it after the model's forward."""
     import torch
     import torch.nn.functional as F
+
+    from .tracking import kept_on_device
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     hidden = base.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
     head = base.get_output_embeddings()
-    logits = [head(piece) for piece in hidden.tensor_split(chunks, dim=1)]
-    del hidden
-    labels = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)
-    total = (labels != -100).sum()
-    pieces = [piece.reshape(-1) for piece in labels.tensor_split(chunks, dim=1)]
-    loss: Any = 0.0
-    for logit, label in zip(logits, pieces, strict=True):
-        logit = logit.reshape(-1, logit.size(-1))
-        if cross_entropy is not None:  # the upcast happens inside the compiled region
-            loss = loss + cross_entropy(logit, label)
-        else:
-            loss = loss + F.cross_entropy(logit.float(), label, ignore_index=-100, reduction="sum")
-    del logits
+    with kept_on_device(offload):
+        logits = [head(piece) for piece in hidden.tensor_split(chunks, dim=1)]
+        del hidden
+        labels = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)
+        total = (labels != -100).sum()
+        pieces = [piece.reshape(-1) for piece in labels.tensor_split(chunks, dim=1)]
+        loss: Any = 0.0
+        for logit, label in zip(logits, pieces, strict=True):
+            logit = logit.reshape(-1, logit.size(-1))
+            if cross_entropy is not None:  # the upcast happens inside the compiled region
+                loss = loss + cross_entropy(logit, label)
+            else:
+                loss = loss + F.cross_entropy(
+                    logit.float(), label, ignore_index=-100, reduction="sum"
+                )
+        del logits
     return loss / total
 
 
@@ -758,7 +773,9 @@ def assumptions(spec: ModelSpec, settings: RunSettings, measured: dict[str, Any]
     if s.activation_offload:
         notes.append(
             "Activation offloading: torch.autograd.graph.save_on_cpu's two hooks around forward "
-            "and backward; every tensor saved for backward is copied to host memory and back "
+            "and backward, with a no-op pair around lm_head (and around a chunked loss) as "
+            "torchtune's and TRL's offloading have it; every other tensor saved for backward "
+            "is copied to host memory and back "
             + (
                 "(save_on_cpu(pin_memory=True) itself"
                 if s.device == "cuda"

@@ -197,6 +197,7 @@ def _check_lora_on_experts(s: RunSettings) -> None:
         "lora_dropout > 0 (peft's ParamWrapper refuses it)": s.lora_dropout > 0,
         f"precision {s.precision!r}": s.precision != "bf16",
         "zero_stage=3": s.zero_stage == 3,
+        "activation_offload": s.activation_offload,
     }
     chosen = [name for name, on in others.items() if on]
     if chosen:

@@ -254,12 +254,15 @@ def assumptions(step: Any) -> list[str]:
         link = pcie_link()
         seconds = 2 * step.offloaded * s.gradient_accumulation / (link["bandwidth_gbs"] * 1e9)
         notes.append(
-            "Activation offloading (torch.autograd.graph.save_on_cpu, TRL's "
-            "activation_offloading, torchtune's OffloadActivations) with checkpointing: "
-            "each layer's checkpointed input and the head's saved tensors live in CPU RAM "
+            "Activation offloading (TRL's activation_offloading, torchtune's "
+            "OffloadActivations) with checkpointing: each layer's checkpointed input and "
+            "the final norm's saved tensors live in CPU RAM "
             f"(about {step.offloaded / GiB:.2f} GiB per micro-batch) and come back one "
-            "layer at a time in backward; autocast's copies of trained weights stay until "
-            "the forward ends. The cost is time: that much crosses PCIe twice per "
+            "layer at a time in backward; lm_head's saved tensors"
+            + (" and the chunked loss's" if s.loss == "chunked" else "")
+            + " stay on the GPU (as those recipes keep them), and autocast's copies of "
+            "trained weights stay until the forward ends. The cost is time: that much "
+            "crosses PCIe twice per "
             f"micro-batch, {seconds * 1e3:,.0f} ms per step at {link['name']}'s "
             f"{link['bandwidth_gbs']:g} GB/s ({link['source']}), partly hidden behind "
             "compute when the host memory is pinned."
@@ -282,19 +285,15 @@ def assumptions(step: Any) -> list[str]:
                 else "the log-softmax of every chunk is still kept for backward."
             )
         )
-        if step.head_backward:  # with activation offloading (memory/chunked_head.py)
-            from .chunked_head import folds
-
+        if step.head_backward or step.head_accumulation:  # memory/chunked_head.py
             notes.append(
-                "With activation offloading, the loss of every chunk is differentiated "
-                "before lm_head's backward of any, so all the chunks' logit gradients wait "
-                "together; lm_head's backward then brings each chunk's saved weight back "
+                "The loss of every chunk is differentiated before lm_head's backward of any, "
+                "so all the chunks' logit gradients wait together while lm_head's backward "
+                "takes them one chunk at a time"
                 + (
-                    "from the host."
-                    if folds(step)
-                    else "from the host, expanded over the batch (a frozen head's matmul on a "
-                    f"chunk of the sequence does not fold the batch): {s.batch_size} copies "
-                    "of the weight per chunk."
+                    ", adding each chunk's weight gradient to the others' sum."
+                    if step.head_accumulation
+                    else "."
                 )
             )
     else:

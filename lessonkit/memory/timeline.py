@@ -203,7 +203,7 @@ def estimated(step: Any) -> Timeline:
         from .chunked_head import ACCUMULATION_LABELS
         from .chunked_head import LABELS as HEAD_LABELS
 
-        head = step.head_backward  # the chunked loss with offloading: its loss and lm_head
+        head = step.head_backward  # LoRA with the chunked loss: its loss, then lm_head
         summed = step.head_accumulation  # full fine-tuning: lm_head's weight gradients
         bws = [bws[0], *summed, *head, *inside, bws[-1]]
         labels += ["backward, the loss's gradient", *ACCUMULATION_LABELS[: len(summed)]]

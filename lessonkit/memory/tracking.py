@@ -334,10 +334,11 @@ _COPY_OPS = {torch.ops.aten._to_copy.default}
 def offloaded_activations(active: bool, simulate: bool) -> Iterator[None]:
     """Activation offloading as ``torch.autograd.graph.save_on_cpu`` does it: every tensor
     saved for backward is copied to host memory in forward and copied back when backward
-    needs it. On a GPU (``simulate=False``) that is save_on_cpu(pin_memory=True) itself. On
-    CPU the device and the host are one memory, where save_on_cpu copies nothing: the same
-    two hooks then make the copies explicitly, and the host copies are labelled OFFLOADED so
-    that the tracker keeps them off the device's figures."""
+    needs it (but where ``kept_on_device`` says otherwise: ``head_on_device``). On a GPU
+    (``simulate=False``) that is save_on_cpu(pin_memory=True) itself. On CPU the device and
+    the host are one memory, where save_on_cpu copies nothing: the same two hooks then make
+    the copies explicitly, and the host copies are labelled OFFLOADED so that the tracker
+    keeps them off the device's figures."""
     if not active:
         yield
         return
@@ -360,6 +361,46 @@ def offloaded_activations(active: bool, simulate: bool) -> Iterator[None]:
 
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         yield
+
+
+@contextlib.contextmanager
+def kept_on_device(active: bool = True) -> Iterator[None]:
+    """Saved-tensor hooks that keep every tensor as it is, inside an offloading region: the
+    NoOpManager of torchtune's and TRL's activation offloading (only the innermost hooks
+    run)."""
+    if not active:
+        yield
+        return
+    with torch.autograd.graph.saved_tensors_hooks(lambda tensor: tensor, lambda tensor: tensor):
+        yield
+
+
+@contextlib.contextmanager
+def head_on_device(head: torch.nn.Module, active: bool) -> Iterator[None]:
+    """What torchtune's and TRL's ``get_act_offloading_ctx_manager`` do to the output head:
+    ``kept_on_device`` from the start of its forward to the end, so that what lm_head saves
+    stays on the device (bringing it back right away would cost more than it saves)."""
+    if not active:
+        yield
+        return
+    regions: list[Any] = []
+
+    def enter(*_args: Any) -> None:
+        regions.append(kept_on_device())
+        regions[-1].__enter__()
+
+    def leave(*_args: Any) -> None:
+        regions.pop().__exit__(None, None, None)
+
+    handles = [
+        head.register_forward_pre_hook(enter),
+        head.register_forward_hook(leave, always_call=True),
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 @contextlib.contextmanager
