@@ -168,7 +168,7 @@ def add_vram_arguments(parser: argparse.ArgumentParser) -> None:
         "save what AOTAutograd's partitioner keeps; llama, mistral, qwen2, qwen3, gemma, "
         "phi3, olmo2, smollm3, granite; full or LoRA, --precision bf16 or bf16-mixed; "
         "with --gradient-checkpointing, --optimizer-in-backward and --activation-offload too; "
-        "with --loss chunked each "
+        "one GPU, DDP, --zero-stage 1 or 3 (FSDP2); with --loss chunked each "
         "chunk's cross-entropy is compiled too (torchtune's compile_loss)",
     )
     parser.add_argument(

@@ -25,7 +25,9 @@ A compiled layer's backward graph frees each saved tensor after its last use (in
 generated code clears its boxed arguments and deletes each input once dead), so the data's
 backward moments hold the saved tensors still to be used beside what the graph makes; the
 optimizer step in backward and activation offloading act around the compiled layers as in
-eager mode.
+eager mode. Under ZeRO-3 (FSDP2) each layer's compiled graphs run on its gathered weights,
+so they save what they save on one GPU; FSDP's mixed precision gathers the weights in bf16
+and runs without autocast, so its layers are the pure bf16 traces.
 """
 
 from __future__ import annotations
@@ -206,6 +208,13 @@ def compiled_cross_entropy_bytes(
     return CompiledLoss(kept, int(loss["gradient_bytes_per_logit"]) * largest_chunk)
 
 
+def traced_precision(s: Any) -> str:
+    """The precision whose traced layers a run's compiled layers are: under FSDP's mixed
+    precision (``sharded_mixed``) each layer is gathered in bf16 and runs without autocast,
+    as a pure bf16 layer does."""
+    return "bf16" if s.sharded_mixed else str(s.precision)
+
+
 def apply_compiled(step: Any) -> None:
     """Replace an estimate's decoder-layer activations (``estimating._Step``) by what the
     compiled layers save, from the data file; nothing else of the step changes. With gradient
@@ -214,7 +223,7 @@ def apply_compiled(step: Any) -> None:
     (``activations.backward_moments``)."""
     spec, s, ctx = step.spec, step.settings, step.ctx
     full = s.method == "full"
-    args = spec, s.method, s.precision, s.lora_rank, ctx.tokens
+    args = spec, s.method, traced_precision(s), s.lora_rank, ctx.tokens
     if s.gradient_checkpointing:  # every layer's input requires grad (as eager's first_grad)
         again = compiled_layer_bytes(*args, True, less_input=True)
         step.first_layer = _recomputed(step.first_layer, "L0.x", again)
@@ -241,7 +250,7 @@ def compiled_inside_layer(step: Any, layer: Any, first: bool) -> list[tuple[int,
     ckpt = s.gradient_checkpointing
     input_grad = ckpt or not first or s.method == "full"  # checkpointing: every layer's input
     incoming = ctx.residual_bytes * ctx.tokens * spec.hidden_size
-    args = spec, s.method, s.precision, s.lora_rank, ctx.tokens, input_grad
+    args = spec, s.method, traced_precision(s), s.lora_rank, ctx.tokens, input_grad
     saved = compiled_layer_bytes(*args)
     copies = layer.weight_copies if ckpt else 0
     return [

@@ -498,6 +498,20 @@ def chunked_loss(
     torchtune/modules/loss/ce_chunked_output_loss.py, with the labels shifted as its recipes
     do (the last position ignored). With ``offload``, the loss runs outside the offloading
     region, as torchtune's recipes compute it after the model's forward."""
+    own_forward = model.__dict__.get("forward")
+    # through the model's own call, so that the hooks on it run (FSDP2's root gathers the
+    # embeddings, the final norm and lm_head), with the loss as its forward
+    model.forward = lambda: _chunked_loss(model, ids, chunks, cross_entropy, offload)
+    try:
+        return model()
+    finally:
+        if own_forward is None:
+            del model.forward
+        else:
+            model.forward = own_forward
+
+
+def _chunked_loss(model: Any, ids: Any, chunks: int, cross_entropy: Any, offload: bool) -> Any:
     import torch
     import torch.nn.functional as F
 

@@ -432,13 +432,16 @@ def _check_fsdp1(s: RunSettings, spec: ModelSpec) -> None:
 
 
 def _check_compiled(spec: ModelSpec, s: RunSettings) -> None:
-    """What compile=True models: one GPU, SDPA attention, no LoRA dropout (see compiled.py)."""
+    """What compile=True models: one GPU, DDP, ZeRO-1 or FSDP2; SDPA attention, no LoRA dropout
+    (see compiled.py)."""
     from .compiled import check_compiled
 
     check_compiled(spec, s.method, s.precision, s.gradient_checkpointing, s.seq_len)
     others = {
-        "n_gpus > 1": s.n_gpus > 1,
-        "zero_stage": s.zero_stage > 0,
+        "ZeRO-2 (each layer's gradients leave its compiled backward together, unsharded)": (
+            s.zero_stage == 2
+        ),
+        "fsdp_version=1": s.zero_stage == 3 and s.fsdp_version == 1,
         "lora_dropout": s.lora_dropout > 0,
         "attention='eager'": s.attention == "eager",
         "lm_head/embed_tokens LoRA targets": bool(outer_lora_targets(s.lora_targets)),
@@ -446,6 +449,6 @@ def _check_compiled(spec: ModelSpec, s: RunSettings) -> None:
     chosen = [name for name, on in others.items() if on]
     if chosen:
         raise LessonkitError(
-            f"compile=True is modelled on one GPU with SDPA attention, "
-            f"without {', '.join(chosen)}: set compile=False, or leave those out."
+            f"compile=True is modelled with SDPA attention on one GPU, with DDP, ZeRO-1 or "
+            f"ZeRO-3 (FSDP2), without {', '.join(chosen)}: set compile=False, or leave those out."
         )

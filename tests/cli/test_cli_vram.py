@@ -654,8 +654,11 @@ def test_compile_reaches_the_estimate(capsys) -> None:
     )
     assert code == 0 and json.loads(out)["total_bytes"] == saved.total_bytes
     assert saved.total_bytes < expected.total_bytes
-    code, _, err = run(capsys, *args, "--compile", "--n-gpus", "2", "--zero-stage", "3")
-    assert code == 2 and "compile=True" in err
+    code, out, _ = run(capsys, *args, "--compile", "--n-gpus", "2", "--zero-stage", "3")
+    sharded = estimate("llama-2-7b", compile=True, n_gpus=2, zero_stage=3, **shape)
+    assert code == 0 and json.loads(out)["total_bytes"] == sharded.total_bytes
+    code, _, err = run(capsys, *args, "--compile", "--n-gpus", "2", "--zero-stage", "2")
+    assert code == 2 and "compile=True" in err and "ZeRO-2" in err
     code, out, _ = run(capsys, *args, "--compile", "--loss", "chunked")
     chunked = estimate("llama-2-7b", compile=True, loss="chunked", **shape)
     assert code == 0 and json.loads(out)["total_bytes"] == chunked.total_bytes

@@ -1322,6 +1322,39 @@ COMPILE_ROWS += [
 ]
 
 
+# compiled layers on several GPUs: DDP, ZeRO-1 and ZeRO-3 (FSDP2, each layer compiled over its
+# gathered weights; FSDP's mixed precision gathers them in bf16 and runs without autocast);
+# ZeRO-3 with the chunked loss, which runs through the model's own call so that FSDP2's root
+# gathers the embeddings and the head
+_SHARDED = dict(precision="bf16", compile=True, n_gpus=2, zero_stage=3)
+COMPILE_ROWS += [
+    ("wide", dict(_SHARDED, batch_size=2, seq_len=512)),
+    ("wide", dict(_SHARDED, batch_size=2, seq_len=512, gradient_checkpointing=True)),
+    ("wide", dict(_SHARDED, batch_size=2, seq_len=512, precision="bf16-mixed")),
+    ("wide", dict(_SHARDED, batch_size=2, seq_len=512, loss="chunked")),
+    ("wide", dict(_SHARDED, batch_size=2, seq_len=512, zero_stage=1)),
+    ("wide", dict(_SHARDED, batch_size=2, seq_len=512, zero_stage=0)),
+    (
+        "wide",
+        dict(
+            _SHARDED,
+            batch_size=2,
+            seq_len=512,
+            n_gpus=4,
+            method="lora",
+            gradient_checkpointing=True,
+        ),
+    ),
+    ("qwen3_hd", dict(_SHARDED, batch_size=2, seq_len=512)),
+    ("llama", dict(_SHARDED, batch_size=4, seq_len=256, n_gpus=4, method="lora")),
+]
+GRID += [
+    (
+        "wide",
+        dict(batch_size=2, seq_len=512, precision="bf16", n_gpus=2, zero_stage=3, loss="chunked"),
+    )
+]
+
 # the chunked loss with activation offloading where the logits decide the peak (a vocabulary
 # 128 times the hidden size): every chunk's loss is differentiated first, then lm_head's
 # backward takes the chunks one by one (in full fine-tuning summing the weight's gradients);
