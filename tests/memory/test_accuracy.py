@@ -1253,72 +1253,29 @@ COMPILE_ROWS += [
 # each compiled layer's backward graph frees its saved tensors after their last use, as
 # inductor's code does, and under checkpointing the tensors its forward made again
 _CK = dict(compile=True, gradient_checkpointing=True)
+_LLAMA_CK = dict(_CK, batch_size=4, seq_len=256, precision="bf16")
+_WIDE_CK = dict(_CK, batch_size=4, seq_len=512, precision="bf16")
 COMPILE_ROWS += [
-    ("wide", dict(_CK, batch_size=4, seq_len=512, precision="bf16")),
-    ("llama", dict(_CK, batch_size=4, seq_len=256, precision="bf16")),
+    ("wide", _WIDE_CK),
+    ("llama", _LLAMA_CK),
     ("qwen3_hd", dict(_CK, batch_size=2, seq_len=512, precision="bf16")),
-    ("gemma_hd", dict(_CK, batch_size=4, seq_len=256, precision="bf16")),
+    ("gemma_hd", dict(_LLAMA_CK)),
     ("wide", dict(_CK, batch_size=4, seq_len=512, precision="bf16-mixed")),
     ("phi3", dict(_CK, batch_size=4, seq_len=256, precision="bf16-mixed")),
     ("wide", dict(_CK, batch_size=4, seq_len=512, precision="bf16-mixed", method="lora")),
     ("llama", dict(_CK, batch_size=4, seq_len=256, precision="bf16-mixed", method="lora")),
-    ("llama", dict(_CK, batch_size=4, seq_len=256, precision="bf16", loss="chunked")),
+    ("llama", dict(_LLAMA_CK, loss="chunked")),
     ("wide", dict(_CK, batch_size=2, seq_len=1024, precision="bf16", loss="chunked")),
     (
         "llama",
         dict(compile=True, batch_size=4, seq_len=256, precision="bf16", optimizer_in_backward=True),
     ),
-    (
-        "wide",
-        dict(_CK, batch_size=4, seq_len=512, precision="bf16", optimizer_in_backward=True),
-    ),
-    (
-        "llama",
-        dict(
-            _CK,
-            batch_size=4,
-            seq_len=256,
-            precision="bf16",
-            loss="chunked",
-            optimizer_in_backward=True,
-        ),
-    ),
-    ("llama", dict(_CK, batch_size=4, seq_len=256, precision="bf16", activation_offload=True)),
-    (
-        "wide",
-        dict(
-            _CK,
-            batch_size=4,
-            seq_len=512,
-            precision="bf16",
-            method="lora",
-            activation_offload=True,
-        ),
-    ),
-    (
-        "llama",
-        dict(
-            _CK,
-            batch_size=4,
-            seq_len=256,
-            precision="bf16",
-            loss="chunked",
-            activation_offload=True,
-            optimizer_in_backward=True,
-        ),
-    ),
-    (
-        "llama",
-        dict(
-            _CK,
-            batch_size=4,
-            seq_len=256,
-            precision="bf16",
-            loss="chunked",
-            method="lora",
-            activation_offload=True,
-        ),
-    ),
+    ("wide", dict(_WIDE_CK, optimizer_in_backward=True)),
+    ("llama", dict(_LLAMA_CK, loss="chunked", optimizer_in_backward=True)),
+    ("llama", dict(_LLAMA_CK, activation_offload=True)),
+    ("wide", dict(_WIDE_CK, method="lora", activation_offload=True)),
+    ("llama", dict(_LLAMA_CK, loss="chunked", activation_offload=True, optimizer_in_backward=True)),
+    ("llama", dict(_LLAMA_CK, loss="chunked", method="lora", activation_offload=True)),
 ]
 
 
