@@ -125,6 +125,12 @@ def validate(spec: ModelSpec, **kw: Any) -> RunSettings:
             f"(gradient_accumulation={s.gradient_accumulation}); the memory does not change "
             f"after the second, and estimate() takes up to {MAX_ACCUMULATION:,}."
         )
+    if spec.n_experts and s.precision not in ("bf16", "bf16-master"):
+        raise LessonkitError(
+            f"measure runs {spec.name}'s experts with torch's grouped matmul, which takes bf16 "
+            f"weights only: use precision='bf16' or 'bf16-master' (got {s.precision!r}); "
+            "estimate() takes the others."
+        )
     if s.method == "qlora" and s.n_gpus > 1 and s.zero_stage > 0:
         raise LessonkitError(
             "measure cannot shard a QLoRA model across GPUs (its 4-bit "
@@ -498,17 +504,19 @@ def chunked_loss(
     torchtune/modules/loss/ce_chunked_output_loss.py, with the labels shifted as its recipes
     do (the last position ignored). With ``offload``, the loss runs outside the offloading
     region, as torchtune's recipes compute it after the model's forward."""
-    own_forward = model.__dict__.get("forward")
-    # through the model's own call, so that the hooks on it run (FSDP2's root gathers the
-    # embeddings, the final norm and lm_head), with the loss as its forward
-    model.forward = lambda: _chunked_loss(model, ids, chunks, cross_entropy, offload)
+    # through the model's own call, so that what wraps it runs (FSDP2's hooks on the root,
+    # FSDP1's root forward: they gather the embeddings, the final norm and lm_head), with the
+    # loss as the forward of the module inside
+    inner = getattr(model, "_fsdp_wrapped_module", model)
+    own_forward = inner.__dict__.get("forward")
+    inner.forward = lambda: _chunked_loss(model, ids, chunks, cross_entropy, offload)
     try:
         return model()
     finally:
         if own_forward is None:
-            del model.forward
+            del inner.forward
         else:
-            model.forward = own_forward
+            inner.forward = own_forward
 
 
 def _chunked_loss(model: Any, ids: Any, chunks: int, cross_entropy: Any, offload: bool) -> Any:

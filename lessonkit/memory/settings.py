@@ -335,6 +335,36 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
             )
     if lora_on_experts(s):
         _check_lora_on_experts(s)
+    if (
+        s.method != "full"
+        and s.lora_targets == "all-linear"
+        and spec.experts_take_lora
+        and s.lora_dropout > 0
+    ):
+        raise LessonkitError(
+            f"lora_targets='all-linear' on {spec.name}, a mixture-of-experts model, puts LoRA "
+            "on the experts' fused weights too (peft's ParamWrapper), which refuses "
+            f"lora_dropout > 0 (got {s.lora_dropout}): set lora_dropout=0, or name the "
+            "targets without the experts."
+        )
+    unsteppable = ("adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "adafactor")
+    if s.zero_stage == 3 and s.fsdp_version == 2 and s.optimizer in unsteppable:
+        why = (
+            "transformers' Adafactor makes its factored states as plain tensors beside them"
+            if s.optimizer == "adafactor"
+            else "bitsandbytes' optimizer kernels have no sharding rule for them"
+        )
+        raise LessonkitError(
+            f"optimizer {s.optimizer!r} cannot step FSDP2's sharded parameters (DTensors): "
+            f"{why}. Use fsdp_version=1, zero_stage 0-2, or AdamW, SGD or Lion."
+        )
+    master_steppers = ("adamw", "adamw-fused", "adamw-forloop")
+    if s.precision == "bf16-master" and s.method == "full" and s.optimizer not in master_steppers:
+        raise LessonkitError(
+            f"precision 'bf16-master' (fp32 master weights and states in the optimizer) is "
+            f"modelled with AdamW ({', '.join(master_steppers)}), not {s.optimizer!r}: choose "
+            "one of those, or precision 'bf16' or 'bf16-mixed'."
+        )
     if s.method == "qlora" and s.precision in ("fp32", "bf16-master"):
         raise LessonkitError(
             f"QLoRA computes in 16 bits on 4-bit weights; precision {s.precision!r} makes no "
@@ -445,6 +475,11 @@ def _check_compiled(spec: ModelSpec, s: RunSettings) -> None:
         "lora_dropout": s.lora_dropout > 0,
         "attention='eager'": s.attention == "eager",
         "lm_head/embed_tokens LoRA targets": bool(outer_lora_targets(s.lora_targets)),
+        # the layers are traced with peft's default targets; others save other tensors
+        f"LoRA targets other than peft's default for {spec.family} "
+        f"({', '.join(spec.default_lora_targets)})": s.method == "lora"
+        and not outer_lora_targets(s.lora_targets)
+        and s.lora_targets != tuple(spec.default_lora_targets),
     }
     chosen = [name for name, on in others.items() if on]
     if chosen:

@@ -99,6 +99,8 @@ def _defaults(kw: dict) -> dict:
         (dict(n_gpus=2, zero_stage=2), "ZeRO-2"),
         (dict(n_gpus=2, zero_stage=3, fsdp_version=1), "fsdp_version=1"),
         (dict(method="lora", lora_dropout=0.05), "lora_dropout"),
+        (dict(method="lora", lora_targets="all-linear"), "LoRA targets other than peft's default"),
+        (dict(method="lora", lora_targets=["q_proj", "k_proj"]), "(q_proj, v_proj)"),
         (dict(attention="eager"), "attention='eager'"),
         (dict(compile="yes"), "compile must be True or False"),
     ],

@@ -421,3 +421,69 @@ def test_cpu_only_figures_say_so():
     assert not any("CPU-only" in a for a in plain.assumptions)
     lora = measure(TINY, method="lora", lora_dropout=0.1, **SHORT)
     assert measured(lora)["cpu_only"] is True
+
+
+# ----- what a fuzzing pass over estimate's accepted settings made measure raise -------------
+def _refused_by_both(spec, words: str, **kw) -> None:
+    from lessonkit.memory.estimating import estimate
+
+    for run in (estimate, measure):
+        with pytest.raises(LessonkitError, match=words):
+            run(spec, device="cpu", **kw)
+
+
+@pytest.mark.parametrize("optimizer", ["adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit"])
+def test_fsdp2_refuses_bitsandbytes_optimizers(optimizer):
+    """Their kernels have no DTensor sharding rule: torch raised NotImplementedError."""
+    _refused_by_both(TINY, "bitsandbytes' optimizer kernels", optimizer=optimizer, zero_stage=3)
+    measure(TINY, optimizer=optimizer, zero_stage=3, fsdp_version=1, **SHORT)  # FSDP1 steps them
+
+
+def test_fsdp2_refuses_adafactor():
+    _refused_by_both(
+        TINY, "Adafactor makes its factored states", optimizer="adafactor", zero_stage=3
+    )
+
+
+def test_all_linear_on_experts_with_dropout_is_refused_by_both():
+    """peft's all-linear also puts LoRA on the experts' fused weights, whose ParamWrapper
+    refuses dropout (measure raised peft's ValueError)."""
+    import transformers
+
+    config = transformers.AutoConfig.for_model(
+        "qwen3_moe",
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=1000,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+    ).to_dict()
+    moe = ModelSpec.from_hf_config(config | {"model_type": "qwen3_moe"}, name="tiny-qwen3-moe")
+    _refused_by_both(
+        moe, "refuses lora_dropout > 0", method="lora", lora_targets="all-linear", lora_dropout=0.1
+    )
+    with pytest.raises(LessonkitError, match="grouped matmul, which takes bf16"):
+        measure(moe, method="full", precision="bf16-mixed", **SHORT)
+    measure(moe, method="lora", precision="bf16", lora_targets=("q_proj", "experts"), **SHORT)
+
+
+def test_fsdp1_runs_the_chunked_loss_through_its_root():
+    """The chunked loss goes through FSDP1's root forward, which gathers the embeddings (the
+    decoder had been called past it: an AssertionError from torch)."""
+    from lessonkit.memory.estimating import estimate
+
+    kw = dict(loss="chunked", n_gpus=2, zero_stage=3, fsdp_version=1, **SHORT)
+    measured_bytes = measure(TINY, **kw).tensor_bytes
+    assert abs(estimate(TINY, device="cpu", **kw).tensor_bytes / measured_bytes - 1) < 0.05
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "lion", "adafactor", "adamw-8bit"])
+def test_master_weights_are_modelled_with_adamw_only(optimizer):
+    """measure steps fp32 masters with AdamW only; with other optimizers the estimate's
+    masters had no counterpart (+20% to +150%)."""
+    _refused_by_both(TINY, "modelled with AdamW", precision="bf16-master", optimizer=optimizer)
+    measure(TINY, precision="bf16-master", optimizer="adamw", **SHORT)
