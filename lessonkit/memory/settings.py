@@ -274,6 +274,13 @@ def _fsdp_version(value: object, zero_stage: int) -> int:
     return int(value)
 
 
+# optimizers that cannot step FSDP2's DTensor parameters (bitsandbytes' kernels have no
+# sharding rule; transformers' Adafactor makes plain tensors beside them)
+NOT_FOR_FSDP2 = ("adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "adafactor")
+# the optimizers precision "bf16-master" (fp32 masters and states) is modelled with
+MASTER_OPTIMIZERS = ("adamw", "adamw-fused", "adamw-forloop")
+
+
 def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
     """Check every argument of a run of ``spec``; raise LessonkitError saying what is allowed.
 
@@ -347,8 +354,7 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
             f"lora_dropout > 0 (got {s.lora_dropout}): set lora_dropout=0, or name the "
             "targets without the experts."
         )
-    unsteppable = ("adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "adafactor")
-    if s.zero_stage == 3 and s.fsdp_version == 2 and s.optimizer in unsteppable:
+    if s.zero_stage == 3 and s.fsdp_version == 2 and s.optimizer in NOT_FOR_FSDP2:
         why = (
             "transformers' Adafactor makes its factored states as plain tensors beside them"
             if s.optimizer == "adafactor"
@@ -358,11 +364,10 @@ def validate_run(spec: ModelSpec, **kw: Any) -> RunSettings:
             f"optimizer {s.optimizer!r} cannot step FSDP2's sharded parameters (DTensors): "
             f"{why}. Use fsdp_version=1, zero_stage 0-2, or AdamW, SGD or Lion."
         )
-    master_steppers = ("adamw", "adamw-fused", "adamw-forloop")
-    if s.precision == "bf16-master" and s.method == "full" and s.optimizer not in master_steppers:
+    if s.precision == "bf16-master" and s.method == "full" and s.optimizer not in MASTER_OPTIMIZERS:
         raise LessonkitError(
             f"precision 'bf16-master' (fp32 master weights and states in the optimizer) is "
-            f"modelled with AdamW ({', '.join(master_steppers)}), not {s.optimizer!r}: choose "
+            f"modelled with AdamW ({', '.join(MASTER_OPTIMIZERS)}), not {s.optimizer!r}: choose "
             "one of those, or precision 'bf16' or 'bf16-mixed'."
         )
     if s.method == "qlora" and s.precision in ("fp32", "bf16-master"):

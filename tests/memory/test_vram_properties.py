@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from lessonkit import estimate
 from lessonkit.memory.estimating import _Step
-from lessonkit.memory.settings import validate_run
+from lessonkit.memory.settings import MASTER_OPTIMIZERS, NOT_FOR_FSDP2, validate_run
 from lessonkit.models.presets import resolve_model
 from lessonkit.models.spec import ModelSpec
 from lessonkit.options import ATTENTION, BNB_BEHAVIOURS, LORA_DTYPES, OPTIMIZERS, PRECISIONS
@@ -157,15 +157,9 @@ def runs(draw: st.DrawFn, several_gpus: bool | None = None) -> tuple[ModelSpec, 
     assume(not (method == "qlora" and (precision in ("fp32", "bf16-master") or zero == 3)))
     # bitsandbytes' optimizers and Adafactor cannot step FSDP2's DTensors; fp32 masters are
     # modelled with AdamW (settings.validate_run)
-    assume(
-        not (
-            zero == 3
-            and kw["optimizer"]
-            in ("adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "adafactor")
-        )
-    )
-    masters = ("adamw", "adamw-fused", "adamw-forloop")
-    assume(not (method == "full" and precision == "bf16-master" and kw["optimizer"] not in masters))
+    assume(not (zero == 3 and kw["optimizer"] in NOT_FOR_FSDP2))
+    masters = kw["optimizer"] in MASTER_OPTIMIZERS
+    assume(not (method == "full" and precision == "bf16-master" and not masters))
     return spec, kw
 
 
@@ -259,7 +253,7 @@ def test_higher_zero_stage_never_needs_more(run) -> None:
         stages = stages[:-1]  # QLoRA cannot be sharded with ZeRO-3, nor offload under it
     if kw["no_sync"]:
         stages = tuple(z for z in stages if z != 2)
-    if kw["optimizer"] in ("adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "adafactor"):
+    if kw["optimizer"] in NOT_FOR_FSDP2:
         stages = tuple(z for z in stages if z != 3)  # they cannot step FSDP2's DTensors
     steps = {
         z: _Step(spec, validate_run(spec, **(DEFAULTS | kw | dict(zero_stage=z)))) for z in stages
